@@ -1,0 +1,254 @@
+"""Exact answers: softmax, logsumexp and attention, as float64 arrays.
+
+mpmath is the ground truth (``exact=True``): every operation carried with 40 significant
+digits, then rounded once to float64. It is slow (a Python loop per element), so the default is
+a float64 fast path whose error is tiny next to any kernel's and is bounded by
+:func:`fast_path_rel_error`; the test suite checks that bound against mpmath.
+
+Conventions (the same in every function, and in onlinesm's own references):
+
+- a row with no finite entry (all ``-inf``: fully masked) gives zeros, and lse ``-inf``;
+- a row holding NaN or ``+inf`` gives NaN (lse NaN, or ``+inf`` when it holds ``+inf`` and no NaN);
+- ``-inf`` entries of any other row give exactly 0.
+
+Example:
+    >>> import numpy as np
+    >>> from onlinesm import oracle
+    >>> oracle.softmax(np.array([[1.0, 3.0, 2.0]])).round(4)
+    array([[0.09  , 0.6652, 0.2447]])
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+__all__ = [
+    "softmax",
+    "logsumexp",
+    "attention",
+    "visible_keys",
+    "fast_path_rel_error",
+    "EXACT_DIGITS",
+]
+
+#: Significant decimal digits mpmath carries on the exact path.
+EXACT_DIGITS = 40
+
+_U64 = 2.0**-53
+# exp(t) underflows to 0 in float64 below this: past it only absolute error matters.
+_EXP_UNDERFLOW = 746.0
+
+
+def fast_path_rel_error(n: int | np.ndarray) -> np.ndarray:
+    """Componentwise relative error bound of the float64 fast path for rows of length ``n``.
+
+    Blanchard, Higham & Higham's bound for shifted softmax, (n + 2 + 2·|x - m|)·u, with u the
+    float64 unit roundoff, |x - m| capped where exp underflows (beyond it the exact value is
+    below 1e-323 and only an absolute error of that size remains), plus slack for exp's own
+    ulp and the rounding of x - m. For any kernel in fp32 or below it is ~1e-9 of their bound.
+    """
+    n = np.asarray(n, dtype=np.float64)
+    return (n + 8.0 + 2.0 * _EXP_UNDERFLOW) * _U64
+
+
+def _as_float64(x: Any) -> np.ndarray:
+    x = np.asarray(x)
+    if x.dtype.kind not in "fV" and str(x.dtype) != "bfloat16":
+        raise TypeError(
+            f"expected a floating-point array, got dtype={x.dtype}; "
+            "convert the input to float32/float16/bfloat16/float64 first"
+        )
+    return x.astype(np.float64)
+
+
+def _row_classes(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per row: has NaN, has +inf, and has no finite entry (fully masked)."""
+    has_nan = np.isnan(x).any(axis=-1)
+    has_posinf = np.isposinf(x).any(axis=-1)
+    empty = ~np.isfinite(x).any(axis=-1) & ~has_nan & ~has_posinf
+    return has_nan, has_posinf, empty
+
+
+def _softmax_fast(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """float64 softmax and logsumexp of finite-or--inf rows (others fixed up by the caller)."""
+    finite_max = np.where(np.isfinite(x), x, -np.inf).max(axis=-1, keepdims=True)
+    shift = np.where(np.isfinite(finite_max), finite_max, 0.0)  # fully masked: no NaN
+    with np.errstate(invalid="ignore", over="ignore"):
+        e = np.exp(x - shift)
+    d = e.sum(axis=-1, keepdims=True)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        y = np.where(d > 0, e / np.where(d > 0, d, 1.0), 0.0)
+        lse = np.where(d[..., 0] > 0, shift[..., 0] + np.log(d[..., 0]), -np.inf)
+    return y, lse
+
+
+def _softmax_exact(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """mpmath softmax and logsumexp, row by row (slow: keep rows short)."""
+    import mpmath
+
+    y = np.zeros_like(x)
+    lse = np.full(x.shape[:-1], -np.inf)
+    with mpmath.workdps(EXACT_DIGITS):
+        for idx in np.ndindex(*x.shape[:-1]):
+            row = x[idx]
+            finite = [mpmath.mpf(float(v)) for v in row if np.isfinite(v)]
+            if not finite:
+                continue
+            m = max(finite)
+            exps = [mpmath.exp(mpmath.mpf(float(v)) - m) if np.isfinite(v) else mpmath.mpf(0)
+                    for v in row]
+            d = mpmath.fsum(exps)
+            y[idx] = [float(e / d) for e in exps]
+            lse[idx] = float(m + mpmath.log(d))
+    return y, lse
+
+
+def _softmax_and_lse(x: Any, exact: bool) -> tuple[np.ndarray, np.ndarray]:
+    x = _as_float64(x)
+    if x.ndim == 0 or x.shape[-1] == 0:
+        raise ValueError(f"softmax needs rows of at least one element, got shape {x.shape}")
+    has_nan, has_posinf, _ = _row_classes(x)
+    y, lse = _softmax_exact(x) if exact else _softmax_fast(x)
+    bad = has_nan | has_posinf
+    y[bad] = np.nan
+    lse[has_posinf] = np.inf
+    lse[has_nan] = np.nan
+    return y, lse
+
+
+def softmax(x: Any, *, exact: bool = False) -> np.ndarray:
+    """softmax over the last axis of ``x`` (any float dtype, bf16 included), as float64.
+
+    ``exact=True`` computes with mpmath; the default float64 path is within
+    :func:`fast_path_rel_error` of it, componentwise.
+
+    >>> softmax(np.array([[0.0, -np.inf]]))
+    array([[1., 0.]])
+    """
+    return _softmax_and_lse(x, exact)[0]
+
+
+def logsumexp(x: Any, *, exact: bool = False) -> np.ndarray:
+    """log(sum(exp(x))) over the last axis, as float64; ``-inf`` for a fully masked row.
+
+    >>> float(logsumexp(np.array([0.0, 0.0]))) == float(np.log(2.0))
+    True
+    """
+    return _softmax_and_lse(x, exact)[1]
+
+
+def visible_keys(
+    shape: tuple[int, int, int, int],
+    *,
+    mask: Any = None,
+    causal: bool = False,
+    causal_align: str = "top-left",
+) -> np.ndarray:
+    """Bool array [B, H, Sq, Sk]: may query i attend to key j (mask AND the causal rule)?
+
+    ``causal_align="top-left"`` (torch SDPA): key j is visible to query i when j <= i;
+    ``"bottom-right"`` (FlashAttention 2+, decode): when j <= i + Sk - Sq.
+    """
+    b, h, sq, sk = shape
+    visible = np.ones(shape, dtype=bool)
+    if mask is not None:
+        mask = np.asarray(mask)
+        if mask.dtype != np.bool_:
+            raise TypeError(f"mask must be a bool array (True = may attend), got dtype={mask.dtype}")
+        try:
+            visible = visible & np.broadcast_to(mask, shape)
+        except ValueError:
+            raise ValueError(
+                f"mask of shape {mask.shape} does not broadcast to [B, H, Sq, Sk] = {list(shape)}"
+            ) from None
+    if causal:
+        if causal_align not in ("top-left", "bottom-right"):
+            raise ValueError(
+                f"causal_align={causal_align!r} is not supported; use 'top-left' or 'bottom-right'"
+            )
+        offset = 0 if causal_align == "top-left" else sk - sq
+        i = np.arange(sq)[:, None]
+        j = np.arange(sk)[None, :]
+        visible = visible & (j <= i + offset)
+    return visible
+
+
+def _expand_kv_heads(t: np.ndarray, heads: int, name: str) -> np.ndarray:
+    hkv = t.shape[1]
+    if heads % hkv:
+        raise ValueError(
+            f"{name} has {hkv} heads, which does not divide q's {heads} heads; "
+            "grouped-query attention needs H to be a multiple of Hkv"
+        )
+    return np.repeat(t, heads // hkv, axis=1)
+
+
+def attention(
+    q: Any,
+    k: Any,
+    v: Any,
+    *,
+    mask: Any = None,
+    causal: bool = False,
+    scale: float | None = None,
+    causal_align: str = "top-left",
+    exact: bool = False,
+) -> tuple[np.ndarray, np.ndarray]:
+    """softmax(scale · q kᵀ, masked) · v and its logsumexp, as float64 (o, lse).
+
+    q is [B, H, Sq, D]; k and v are [B, Hkv, Sk, D] with Hkv dividing H (grouped-query).
+    ``scale`` defaults to 1/sqrt(D), taken exactly (to float64). A query with no visible key
+    gives o = 0 and lse = -inf.
+
+    >>> q = np.zeros((1, 1, 1, 4)); k = np.zeros((1, 1, 2, 4)); v = np.ones((1, 1, 2, 4))
+    >>> attention(q, k, v)[0].ravel()
+    array([1., 1., 1., 1.])
+    """
+    q, k, v = _as_float64(q), _as_float64(k), _as_float64(v)
+    if q.ndim != 4 or k.ndim != 4 or v.ndim != 4:
+        raise ValueError(
+            f"q, k, v must be 4-D [B, H, S, D]; got shapes {q.shape}, {k.shape}, {v.shape}"
+        )
+    b, h, sq, d = q.shape
+    k = _expand_kv_heads(k, h, "k")
+    v = _expand_kv_heads(v, h, "v")
+    sk = k.shape[2]
+    if scale is None:
+        scale = 1.0 / np.sqrt(d) if not exact else None
+    visible = visible_keys((b, h, sq, sk), mask=mask, causal=causal, causal_align=causal_align)
+    if exact:
+        return _attention_exact(q, k, v, visible, scale)
+    s = np.einsum("bhqd,bhkd->bhqk", q, k) * scale
+    s = np.where(visible, s, -np.inf)
+    p, lse = _softmax_and_lse(s, exact=False)
+    o = np.einsum("bhqk,bhkd->bhqd", p, v)
+    return o, lse
+
+
+def _attention_exact(
+    q: np.ndarray, k: np.ndarray, v: np.ndarray, visible: np.ndarray, scale: float | None
+) -> tuple[np.ndarray, np.ndarray]:
+    import mpmath
+
+    b, h, sq, d = q.shape
+    o = np.zeros(q.shape)
+    lse = np.full((b, h, sq), -np.inf)
+    with mpmath.workdps(EXACT_DIGITS):
+        sc = mpmath.mpf(1) / mpmath.sqrt(d) if scale is None else mpmath.mpf(float(scale))
+        for bi, hi, qi in np.ndindex(b, h, sq):
+            keys = np.flatnonzero(visible[bi, hi, qi])
+            if keys.size == 0:
+                continue
+            qrow = [mpmath.mpf(float(t)) for t in q[bi, hi, qi]]
+            s = [sc * mpmath.fsum(qa * mpmath.mpf(float(kb)) for qa, kb in zip(qrow, k[bi, hi, j]))
+                 for j in keys]
+            m = max(s)
+            e = [mpmath.exp(t - m) for t in s]
+            den = mpmath.fsum(e)
+            for c in range(d):
+                num = mpmath.fsum(ej * mpmath.mpf(float(v[bi, hi, j, c])) for ej, j in zip(e, keys))
+                o[bi, hi, qi, c] = float(num / den)
+            lse[bi, hi, qi] = float(m + mpmath.log(den))
+    return o, lse
