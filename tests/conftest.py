@@ -7,6 +7,12 @@ import os
 import pytest
 from hypothesis import HealthCheck, settings
 
+from onlinesm import kernels
+
+# Triton chooses compiled vs interpreted when a kernel is decorated, and triton.language
+# decorates its own functions when first imported: choose before anything imports triton.
+kernels.use_interpreter()
+
 # Profiles are prefixed so they never collide with a user's own; CI picks the ci one.
 settings.register_profile(
     "onlinesm-dev", max_examples=25, deadline=None,

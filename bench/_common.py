@@ -1,0 +1,61 @@
+"""Shared helpers for the benchmarks: timing, the copy ceiling, tables. Not a test.
+
+Timing is ``triton.testing.do_bench``'s median (it flushes L2 between repetitions), so every
+kernel and its peers are measured the same way, in the same process, on the same tensors.
+
+    >>> ms = time_ms(lambda: y.copy_(x))
+    >>> print(markdown_table(["N", "GB/s"], [[1024, 3900.0]]))
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Callable, Sequence
+
+__all__ = ["time_ms", "copy_gbps", "gbps", "markdown_table", "write_outputs"]
+
+
+def time_ms(fn: Callable[[], Any], *, warmup: int = 25, rep: int = 100) -> float:
+    """Median time of ``fn()`` in milliseconds (triton.testing.do_bench)."""
+    import triton.testing
+
+    return float(triton.testing.do_bench(fn, warmup=warmup, rep=rep, return_mode="median"))
+
+
+def gbps(n_bytes: float, ms: float) -> float:
+    """Bandwidth in GB/s (1e9 bytes per second) for ``n_bytes`` moved in ``ms`` milliseconds."""
+    return n_bytes / (ms * 1e-3) / 1e9
+
+
+def copy_gbps(x: Any) -> tuple[float, float]:
+    """The device-to-device copy ceiling on ``x``'s size: (ms, GB/s counting read + write)."""
+    import torch
+
+    y = torch.empty_like(x)
+    ms = time_ms(lambda: y.copy_(x))
+    return ms, gbps(2 * x.numel() * x.element_size(), ms)
+
+
+def markdown_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
+    """A GitHub markdown table; floats with one decimal unless already formatted."""
+
+    def cell(v: Any) -> str:
+        if isinstance(v, float):
+            return f"{v:.2f}" if abs(v) < 10 else f"{v:.0f}"
+        return "" if v is None else str(v)
+
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(cell(v) for v in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def write_outputs(stem: str, data: Any, markdown: str) -> None:
+    """Write ``stem.json`` and ``stem.md`` into $OUT when that variable is set."""
+    out = os.environ.get("OUT")
+    if not out:
+        return
+    with open(os.path.join(out, f"{stem}.json"), "w") as f:
+        json.dump(data, f, indent=1, default=str)
+    with open(os.path.join(out, f"{stem}.md"), "w") as f:
+        f.write(markdown + "\n")

@@ -1,0 +1,220 @@
+"""Benchmark onlinesm's Triton attention forward against torch SDPA's backends, in one run.
+
+What: TFLOP/s of ``onlinesm.kernels.attention`` and of ``torch.nn.functional.
+scaled_dot_product_attention`` pinned to each backend (flash = FlashAttention 2, cuDNN,
+efficient = xformers-style memory-efficient) with ``torch.nn.attention.sdpa_kernel``, for
+bf16 and fp16, B*S = 16k tokens, H*D = 2048, D in {64, 128}, S in {1k .. 16k}, causal and not.
+FLOPs are the two matmuls, 4*B*H*Sq*Sk*D, halved under causal. Times are medians of
+``triton.testing.do_bench``. Before timing, a quick correctness check against SDPA's math
+backend in float32 on the same inputs (max |error| of ours and of SDPA flash).
+
+Why: the issue's targets (H200, bf16): at least SDPA flash in every configuration; stretch
+80 % of cuDNN at D = 128, S >= 4k. Peers are measured in the same process, on the same inputs.
+
+Run (GPU)::
+
+    python bench/attention.py                    # the full table
+    python bench/attention.py --quick            # D=128, S in {1k, 4k}, bf16
+    OUT=/tmp/res python bench/attention.py       # also writes bench_attention.{json,md}
+
+JSON and Markdown go into ``$OUT`` when set (bench/_common.py's ``write_outputs``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import math
+import os
+import platform
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import markdown_table, time_ms, write_outputs  # noqa: E402
+
+__all__ = ["main", "run_bench", "flops"]
+
+TOKENS = 16 * 1024  # B * S
+MODEL_DIM = 2048  # H * D
+BACKENDS = ("flash", "cudnn", "efficient")
+
+
+def flops(b: int, h: int, sq: int, sk: int, d: int, causal: bool) -> float:
+    """FLOPs of the forward: two matmuls of 2*Sq*Sk*D each per head, halved under causal."""
+    f = 4.0 * b * h * sq * sk * d
+    return f / 2 if causal else f
+
+
+def _sdpa(backend: str) -> Callable[..., Any]:
+    import torch
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    which = {
+        "flash": SDPBackend.FLASH_ATTENTION,
+        "cudnn": SDPBackend.CUDNN_ATTENTION,
+        "efficient": SDPBackend.EFFICIENT_ATTENTION,
+        "math": SDPBackend.MATH,
+    }[backend]
+
+    def call(q: Any, k: Any, v: Any, causal: bool) -> Any:
+        with sdpa_kernel(which):
+            return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+    return call
+
+
+def _correctness(dtype: Any, d: int, causal: bool) -> dict[str, float]:
+    """Max |o - SDPA math in float32| for ours and for SDPA flash, on a 2 x 8 x 1000 problem
+    (S not a tile multiple, so the ragged tail is checked too)."""
+    import torch
+
+    from onlinesm.kernels.attention import attention
+
+    g = torch.Generator(device="cuda").manual_seed(0)
+    shape = (2, 8, 1000, d)
+    q, k, v = (torch.randn(shape, device="cuda", generator=g, dtype=dtype) for _ in range(3))
+    ref = _sdpa("math")(q.float(), k.float(), v.float(), causal)
+    out: dict[str, float] = {"onlinesm": float((attention(q, k, v, causal=causal).float() - ref)
+                                               .abs().max())}
+    try:
+        out["flash"] = float((_sdpa("flash")(q, k, v, causal).float() - ref).abs().max())
+    except RuntimeError:
+        out["flash"] = math.nan
+    return out
+
+
+def run_bench(
+    dtypes: list[str], dims: list[int], seqs: list[int], causals: list[bool]
+) -> dict[str, Any]:
+    """Time every configuration; return the rows and the run's metadata."""
+    import torch
+    import triton
+
+    from onlinesm import kernels
+
+    kernels.use_interpreter(False)
+    from onlinesm.kernels import attention as attn_fn
+
+    mod = sys.modules["onlinesm.kernels.attention"]
+    rows: list[dict[str, Any]] = []
+    checks: list[dict[str, Any]] = []
+    for dname in dtypes:
+        dtype = getattr(torch, dname)
+        for d in dims:
+            for causal in causals:
+                for s in seqs:
+                    b, h = TOKENS // s, MODEL_DIM // d
+                    q, k, v = (torch.randn(b, h, s, d, device="cuda", dtype=dtype)
+                               for _ in range(3))
+                    f = flops(b, h, s, s, d, causal)
+                    row: dict[str, Any] = {"dtype": dname, "D": d, "S": s, "B": b, "H": h,
+                                           "causal": causal}
+                    ms = time_ms(lambda: attn_fn(q, k, v, causal=causal))
+                    row["onlinesm"] = f / ms * 1e-9
+                    cfg = getattr(mod._attn_fwd_tuned, "best_config", None)
+                    row["config"] = "" if cfg is None else (
+                        f"{cfg.kwargs['BLOCK_M']}x{cfg.kwargs['BLOCK_N']} "
+                        f"s{cfg.num_stages} w{cfg.num_warps}")
+                    for backend in BACKENDS:
+                        fn = _sdpa(backend)
+                        try:
+                            fn(q, k, v, causal)
+                            ms = time_ms(lambda: fn(q, k, v, causal))
+                            row[backend] = f / ms * 1e-9
+                        except RuntimeError as e:  # backend not available for this input
+                            row[backend] = math.nan
+                            row[f"{backend}_error"] = str(e).splitlines()[0][:120]
+                    rows.append(row)
+                    print(_fmt_row(row), flush=True)
+                    del q, k, v
+                # After the timings, so this small problem never picks the tiles they use.
+                c = _correctness(dtype, d, causal)
+                checks.append({"dtype": dname, "D": d, "causal": causal, **c})
+                print(f"check {dname} D={d} causal={causal}: max|o - math fp32| "
+                      f"onlinesm {c['onlinesm']:.3g}  flash {c['flash']:.3g}", flush=True)
+    return {
+        "date": datetime.date.today().isoformat(),
+        "device": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "cudnn": torch.backends.cudnn.version(),
+        "python": platform.python_version(),
+        "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]),
+        "flops": "4*B*H*Sq*Sk*D, halved for causal; median of triton.testing.do_bench",
+        "rows": rows,
+        "checks": checks,
+    }
+
+
+HEADER = ["dtype", "D", "S", "causal", "onlinesm", "flash", "cudnn", "efficient",
+          "vs flash", "vs cuDNN", "tiles"]
+
+
+def _cells(r: dict[str, Any]) -> list[Any]:
+    def ratio(a: float, b: float) -> str:
+        return "n/a" if (a != a or b != b or b == 0) else f"{a / b:.2f}"
+
+    def num(x: float) -> str:
+        return "n/a" if x != x else f"{x:.0f}"
+
+    return [r["dtype"], r["D"], r["S"], "yes" if r["causal"] else "no",
+            num(r["onlinesm"]), num(r["flash"]), num(r["cudnn"]), num(r["efficient"]),
+            ratio(r["onlinesm"], r["flash"]), ratio(r["onlinesm"], r["cudnn"]), r["config"]]
+
+
+def _fmt_row(r: dict[str, Any]) -> str:
+    return "| " + " | ".join(str(c) for c in _cells(r)) + " |"
+
+
+def to_markdown(result: dict[str, Any]) -> str:
+    """The table (TFLOP/s) and the correctness checks as Markdown."""
+    checks = [[c["dtype"], c["D"], c["causal"], f"{c['onlinesm']:.3g}", f"{c['flash']:.3g}"]
+              for c in result["checks"]]
+    return "\n".join([
+        f"# attention forward, TFLOP/s ({result['device']}, {result['date']})",
+        "",
+        f"torch {result['torch']}, triton {result['triton']}, cuDNN {result['cudnn']}, "
+        f"python {result['python']}; `{result['command']}`; {result['flops']}.",
+        "",
+        markdown_table(HEADER, [_cells(r) for r in result["rows"]]),
+        "",
+        "Correctness: max |o - SDPA math in float32| on 2 x 8 x 1000 x D:",
+        "",
+        markdown_table(["dtype", "D", "causal", "onlinesm", "SDPA flash"], checks),
+        "",
+    ])
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--dtypes", default="bfloat16,float16")
+    ap.add_argument("--dims", default="64,128")
+    ap.add_argument("--seqs", default="1024,2048,4096,8192,16384")
+    ap.add_argument("--causal", default="no,yes", help="no, yes or no,yes")
+    ap.add_argument("--quick", action="store_true", help="bf16, D=128, S in {1k, 4k}")
+    a = ap.parse_args(argv)
+    import torch
+
+    if not torch.cuda.is_available():
+        print("bench/attention.py needs a CUDA device (SDPA's GPU backends are the peers)")
+        return 2
+    if a.quick:
+        a.dtypes, a.dims, a.seqs = "bfloat16", "128", "1024,4096"
+    print("| " + " | ".join(HEADER) + " |", flush=True)
+    os.environ.pop("ONLINESM_ATTENTION_CONFIG", None)  # autotune
+    result = run_bench(
+        a.dtypes.split(","),
+        [int(x) for x in a.dims.split(",")],
+        [int(x) for x in a.seqs.split(",")],
+        [x.strip() == "yes" for x in a.causal.split(",")],
+    )
+    md = to_markdown(result)
+    print(md)
+    write_outputs("bench_attention", result, md)  # into $OUT when set
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

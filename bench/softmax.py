@@ -1,0 +1,175 @@
+"""Benchmark onlinesm's Triton softmax against torch.softmax, Liger-Kernel and the copy ceiling.
+
+GB/s counts one read and one write of x (2 * M * N * element size bytes) for every kernel, so
+the numbers compare directly with the device-to-device copy. All in one run, on the same
+tensors, timed with triton.testing.do_bench (median). Before timing, each kernel's output is
+checked against torch.softmax in float64 on a slice of rows (a quick guard, not the test suite).
+
+    python bench/softmax.py                    # bf16 and fp32, N in 1k..256k, ~1.5 GB tensors
+    python bench/softmax.py --tune             # also time launch variants (for TUNING)
+    OUT=dir python bench/softmax.py            # + softmax.json / softmax.md in dir
+
+Needs a CUDA device. Not a test: nothing here asserts a time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import math
+import os
+import sys
+import time
+from typing import Any, Callable
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _common import copy_gbps, gbps, markdown_table, time_ms, write_outputs  # noqa: E402
+
+NS = [1024, 4096, 12288, 32768, 65536, 131072, 262144]
+
+
+def liger_softmax() -> Callable[[Any], Any] | None:
+    """Liger-Kernel's Triton softmax, or None when it is not installed."""
+    try:
+        from liger_kernel.ops.softmax import LigerSoftmaxFunction
+    except Exception as e:  # noqa: BLE001 - any import failure means "not available"
+        print(f"# liger-kernel unavailable: {e!r}")
+        return None
+    return LigerSoftmaxFunction.apply
+
+
+def variants(n: int, itemsize: int) -> list[tuple[str, dict[str, Any]]]:
+    """Launch variants timed with --tune (names are what the table prints)."""
+    out: list[tuple[str, dict[str, Any]]] = []
+    if n <= 32768:
+        out.append(("chip ept32", dict(path="on_chip", tuning=dict(elems_per_thread=32))))
+        for stages, pps in ((2, 1), (2, 2), (3, 1)):
+            out.append((f"chip persist s{stages} p{pps}",
+                        dict(path="on_chip", tuning=dict(chip_stages=stages,
+                                                         chip_programs_per_sm=pps))))
+    else:
+        for tile, w in ((8192, 16), (16384, 32)):
+            out.append((f"stream t{tile} w{w}", dict(path="stream", tile=tile,
+                                                     tuning=dict(stream_warps=w))))
+        for chunk, w, pps in ((16384, 16, 2), (32768, 32, 1), (65536, 32, 1)):
+            if chunk * itemsize > 131072:
+                continue
+            out.append((f"split c{chunk} w{w} p{pps}",
+                        dict(path="split", tuning=dict(split_chunk=chunk, split_warps=w,
+                                                       split_programs_per_sm=pps))))
+    return out
+
+
+def max_errors(y: Any, x: Any) -> tuple[float, float]:
+    """(max abs error, max rel error where exact > 1e-30) of y vs float64 softmax of x."""
+    import torch
+
+    exact = torch.softmax(x.double(), dim=-1)
+    err = (y.double() - exact).abs()
+    big = exact > 1e-30
+    rel = (err[big] / exact[big]).max().item() if big.any() else 0.0
+    return err.max().item(), rel
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--dtypes", default="bfloat16,float32")
+    ap.add_argument("--ns", default=",".join(str(n) for n in NS))
+    ap.add_argument("--gb", type=float, default=1.5, help="size of x in GB (M = gb / N / size)")
+    ap.add_argument("--tune", action="store_true", help="also time launch variants")
+    ap.add_argument("--budget-s", type=float, default=1e9, help="stop tuning after this long")
+    ap.add_argument("--check-rows", type=int, default=16)
+    args = ap.parse_args()
+
+    import torch
+    import triton
+
+    if not torch.cuda.is_available():
+        sys.exit("bench/softmax.py needs a CUDA device (torch.cuda.is_available() is False)")
+    from onlinesm import kernels
+
+    kernels.use_interpreter(False)
+    sm = importlib.import_module("onlinesm.kernels.softmax")
+    liger = liger_softmax()
+    t0 = time.time()
+    dev = torch.cuda.get_device_name()
+    print(f"# {dev}, torch {torch.__version__}, triton {triton.__version__}, EXP={sm.EXP}")
+
+    results: list[dict[str, Any]] = []
+    for dname in args.dtypes.split(","):
+        dtype = getattr(torch, dname)
+        for n in (int(v) for v in args.ns.split(",")):
+            itemsize = torch.empty(0, dtype=dtype).element_size()
+            m = max(1, int(args.gb * 1e9) // (n * itemsize))
+            x = torch.randn(m, n, device="cuda", dtype=dtype) * 4
+            nbytes = 2 * m * n * itemsize
+            row: dict[str, Any] = dict(dtype=dname, N=n, M=m, bytes=nbytes)
+            _, row["copy"] = copy_gbps(x)
+            xs = x[: args.check_rows]
+
+            cands: list[tuple[str, Callable[[], Any]]] = [
+                ("torch", lambda: torch.softmax(x, dim=-1)),
+                ("ours", lambda: sm.softmax(x)),
+            ]
+            if liger is not None:
+                cands.append(("liger", lambda: liger(x)))
+            if args.tune and time.time() - t0 < args.budget_s:
+                for name, kw in variants(n, itemsize):
+                    cands.append((name, (lambda kw=kw: sm.softmax(x, **kw))))
+            for name, fn in cands:
+                try:
+                    if name in ("torch", "liger"):
+                        y = torch.softmax(xs, -1) if name == "torch" else liger(xs.contiguous())
+                    else:
+                        kw = dict(next((k for v, k in variants(n, itemsize) if v == name), {}))
+                        y = sm.softmax(xs, **kw)
+                    abs_err, rel_err = max_errors(y, xs)
+                    ms = time_ms(fn)
+                except Exception as e:  # noqa: BLE001 - a peer refusing a size is a result
+                    print(f"# {dname} N={n} {name}: {type(e).__name__}: {str(e)[:120]}")
+                    continue
+                row[name] = gbps(nbytes, ms)
+                row[f"{name}_err"] = (abs_err, rel_err)
+            plan = sm.plan(n, itemsize=itemsize)
+            row["plan"] = (f"{plan.path} b{plan.block} r{plan.rows_per_program} s{plan.split}"
+                           f" w{plan.num_warps} st{plan.stages}")
+            results.append(row)
+            del x
+            torch.cuda.empty_cache()
+            best = max((k for k in row if k not in ("dtype", "N", "M", "bytes", "copy", "plan")
+                        and not k.endswith("_err")), key=lambda k: row[k], default=None)
+            print(f"{dname:9s} N={n:7d} M={m:7d} copy {row['copy']:6.0f}  "
+                  + "  ".join(f"{k} {row[k]:.0f}" for k in row
+                              if isinstance(row[k], float) and k != "copy")
+                  + f"  | best {best} | ours err {row.get('ours_err')} | {row['plan']}"
+                  + f"  [{time.time() - t0:.0f}s]", flush=True)
+
+    header = ["dtype", "N", "M", "copy GB/s", "ours GB/s", "ours/copy", "torch GB/s",
+              "ours/torch", "liger GB/s", "ours/liger", "ours max rel err", "plan"]
+    table = []
+    for r in results:
+        ours, torch_, lig = r.get("ours"), r.get("torch"), r.get("liger")
+        table.append([
+            r["dtype"], r["N"], r["M"], r["copy"], ours,
+            f"{ours / r['copy']:.0%}" if ours else None, torch_,
+            f"{ours / torch_:.2f}x" if ours and torch_ else None, lig if lig else "refused",
+            f"{ours / lig:.2f}x" if ours and lig else None,
+            f"{r['ours_err'][1]:.2e}" if "ours_err" in r else None, r["plan"],
+        ])
+    md = markdown_table(header, table)
+    print(md)
+    if args.tune:
+        tune_rows = []
+        for r in results:
+            for k, v in r.items():
+                if isinstance(v, float) and k not in ("copy",):
+                    tune_rows.append([r["dtype"], r["N"], k, v, f"{v / r['copy']:.0%}"])
+        tmd = markdown_table(["dtype", "N", "kernel", "GB/s", "of copy"], tune_rows)
+        print(tmd)
+        md += "\n\n" + tmd
+    write_outputs("softmax", dict(device=dev, torch=torch.__version__,
+                                  triton=triton.__version__, exp=sm.EXP, rows=results), md)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,493 @@
+"""``check_softmax`` and ``check_attention``: run the property suites on a kernel.
+
+The flow (DESIGN.md section 2): a strategy draws an adversarial batch; the harness calls the
+kernel under the contract; each property compares against the oracle under the tolerance
+model. Hypothesis drives one ``@given`` per (property, dtype), so every falsified property is
+reported, not only the first; a failure is then reduced by onlinesm's own minimiser
+(:mod:`onlinesm.minimize`) and saved as a portable JSON counterexample that
+``onlinesm replay FILE`` re-runs.
+
+Before anything else the kernel is called on the simplest input (a short float32 row): if that
+fails, nothing can be tested and :class:`UsageError` says so in one line. Determinism is
+checked first among the properties, since a non-deterministic kernel would otherwise confuse
+Hypothesis's replay.
+
+Example:
+    >>> import torch, onlinesm
+    >>> result = onlinesm.check_softmax(torch.softmax_fn, fully_masked="nan")  # doctest: +SKIP
+    >>> print(result.table())                                                   # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import time
+from pathlib import Path
+from typing import Any, Callable, Iterable, Sequence
+
+import numpy as np
+from hypothesis import HealthCheck, Phase, Verbosity, given, settings
+from hypothesis import seed as hypothesis_seed
+from hypothesis.database import DirectoryBasedExampleDatabase
+
+from onlinesm import counterexample
+from onlinesm.dtypes import resolve
+from onlinesm.harness import AttentionInputs, Kernel, KernelError
+from onlinesm.minimize import minimise_rows
+from onlinesm.properties import ATTENTION_PROPERTIES, SOFTMAX_PROPERTIES, Conventions, PropertyFailure
+from onlinesm.tolerance import Numerics
+
+__all__ = [
+    "check_softmax",
+    "check_attention",
+    "CheckResult",
+    "PropertyOutcome",
+    "Failure",
+    "UsageError",
+    "PROFILES",
+]
+
+#: Settings profiles, prefixed so they never collide with a user's own.
+PROFILES: dict[str, int] = {"onlinesm-quick": 20, "onlinesm-ci": 10, "onlinesm-thorough": 200}
+for _name, _n in PROFILES.items():
+    settings.register_profile(_name, max_examples=_n, deadline=None)
+
+DEFAULT_DTYPES = ("float32", "bfloat16", "float16")
+STATE_DIR = Path(".onlinesm")
+
+
+class UsageError(Exception):
+    """Nothing could be tested: a bad option, or a kernel that fails on the simplest input."""
+
+
+@dataclasses.dataclass
+class Failure:
+    """One falsified property: the minimal input, the message, and how to replay it."""
+
+    property: str
+    dtype: str
+    message: str
+    inputs: dict[str, Any]
+    family: str = ""
+    replay_path: str | None = None
+
+    def text(self) -> str:
+        head = f"FAILED {self.property} [{self.dtype}]" + (f" (family {self.family})" if self.family else "")
+        tail = f"\n  replay: onlinesm replay {self.replay_path}" if self.replay_path else ""
+        body = "\n".join("  " + line for line in self.message.splitlines())
+        return f"{head}\n{body}{tail}"
+
+
+@dataclasses.dataclass
+class PropertyOutcome:
+    """The verdict of one property on one dtype."""
+
+    property: str
+    dtype: str
+    status: str  # passed | failed | waived
+    examples: int = 0
+    seconds: float = 0.0
+    reason: str = ""
+    failure: Failure | None = None
+
+
+@dataclasses.dataclass
+class CheckResult:
+    """What a check found: one outcome per (property, dtype), and the failures."""
+
+    op: str
+    kernel: str
+    conventions: dict[str, Any]
+    outcomes: list[PropertyOutcome]
+    seed: int | None
+    device: str
+
+    @property
+    def passed(self) -> bool:
+        return not self.failures
+
+    @property
+    def failures(self) -> list[Failure]:
+        return [o.failure for o in self.outcomes if o.failure is not None]
+
+    def table(self) -> str:
+        """Properties x dtypes, each cell pass / FAIL / waived, as a Markdown table."""
+        dtypes = list(dict.fromkeys(o.dtype for o in self.outcomes))
+        props = list(dict.fromkeys(o.property for o in self.outcomes))
+        cell = {(o.property, o.dtype): o for o in self.outcomes}
+        lines = ["| property | " + " | ".join(dtypes) + " |", "|---|" + "---|" * len(dtypes)]
+        for p in props:
+            row = []
+            for d in dtypes:
+                o = cell.get((p, d))
+                row.append("-" if o is None else {"passed": f"pass ({o.examples})",
+                                                  "failed": "**FAIL**", "waived": "waived"}[o.status])
+            lines.append(f"| {p} | " + " | ".join(row) + " |")
+        return "\n".join(lines)
+
+    def report(self) -> str:
+        """The full text: the table, every failure, and the waivers with their reasons."""
+        verdict = "PASSED" if self.passed else f"FAILED ({len(self.failures)} properties falsified)"
+        parts = [f"onlinesm check {self.op}: {self.kernel} on {self.device}: {verdict}", "", self.table()]
+        waived = {(o.property, o.reason) for o in self.outcomes if o.status == "waived"}
+        for prop, reason in sorted(waived):
+            parts.append(f"waived {prop}: {reason}")
+        for f in self.failures:
+            parts += ["", f.text()]
+        return "\n".join(parts)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready, in the results schema shared with ``onlinesm report``."""
+        return {
+            "op": self.op,
+            "kernel": self.kernel,
+            "device": self.device,
+            "seed": self.seed,
+            "passed": self.passed,
+            "conventions": self.conventions,
+            "outcomes": [
+                {"property": o.property, "dtype": o.dtype, "status": o.status,
+                 "examples": o.examples, "seconds": round(o.seconds, 3), "reason": o.reason,
+                 "failure": None if o.failure is None else {
+                     "message": o.failure.message, "family": o.failure.family,
+                     "replay": o.failure.replay_path}}
+                for o in self.outcomes
+            ],
+        }
+
+
+# ---------------------------------------------------------------------------------------------
+# Options
+
+
+def _numerics(accumulate: str, exp: Any, allow_tf32: bool, p_dtype: str | None) -> Numerics:
+    resolve(accumulate)  # a clear error for a bad name
+    return Numerics(accumulate=resolve(accumulate).name, exp=exp, allow_tf32=allow_tf32, p_dtype=p_dtype)
+
+
+def _dtypes(dtypes: Iterable[Any]) -> list[str]:
+    if isinstance(dtypes, str):
+        dtypes = [d for d in dtypes.split(",") if d.strip()]
+    names = [resolve(d).name for d in dtypes]
+    if not names:
+        raise UsageError("dtypes is empty; give at least one of float32, bfloat16, float16")
+    return names
+
+
+def _selected(registry: dict[str, Any], properties: Sequence[str] | None, skip: dict[str, str] | None) -> tuple[list[str], dict[str, str]]:
+    skip = dict(skip or {})
+    names = list(registry) if properties is None else list(properties)
+    for n in list(names) + list(skip):
+        if n not in registry:
+            raise UsageError(f"unknown property {n!r}; the properties are: {', '.join(registry)}")
+    return names, skip
+
+
+def _db_path(kernel: Kernel, op: str, prop: str, dtype: str) -> Path:
+    key = re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{kernel.name}")[:80]
+    return STATE_DIR / "examples" / key / f"{op}-{prop}-{dtype}"
+
+
+def _run_given(
+    strategy: Any,
+    body: Callable[[Any], None],
+    *,
+    profile: str,
+    max_examples: int | None,
+    seed: int | None,
+    database: Path | None,
+) -> tuple[int, Any, BaseException | None]:
+    """Run Hypothesis over ``strategy``; (examples run, failing case or None, its error)."""
+    count = [0]
+    last: dict[str, Any] = {}
+
+    def test(case: Any) -> None:
+        count[0] += 1
+        try:
+            body(case)
+        except (PropertyFailure, KernelError) as err:
+            last["case"], last["error"] = case, err
+            raise
+
+    opts: dict[str, Any] = dict(
+        deadline=None, verbosity=Verbosity.quiet, report_multiple_bugs=False, print_blob=False,
+        suppress_health_check=list(HealthCheck),
+        database=None if database is None else DirectoryBasedExampleDatabase(str(database)),
+    )
+    if max_examples is not None:
+        opts["max_examples"] = max_examples
+    if seed is not None:
+        opts["derandomize"] = False
+    wrapped = settings(settings.get_profile(profile), **opts)(given(strategy)(test))
+    if seed is not None:
+        wrapped = hypothesis_seed(seed)(wrapped)
+    try:
+        wrapped()
+    except (PropertyFailure, KernelError):
+        return count[0], last.get("case"), last.get("error")
+    return count[0], None, None
+
+
+# ---------------------------------------------------------------------------------------------
+# Softmax
+
+
+# Contract breaches that still leave a kernel testable: reported as property failures, not exit 2.
+_TESTABLE = ("modified_input", "dtype", "device")
+
+
+def _smoke_softmax(kernel: Kernel) -> None:
+    x = np.array([[0.0, 1.0, 2.0, 3.0]], dtype=np.float32)
+    try:
+        y = kernel.softmax(x)
+    except KernelError as err:
+        if err.kind in _TESTABLE:
+            return  # the kernel runs: the properties will report this breach with its input
+        raise UsageError(f"nothing could be tested: {err}") from None
+    if not np.all(np.isfinite(y.astype(np.float64))):
+        raise UsageError(f"nothing could be tested: {kernel.name} returned {y.tolist()} for the "
+                         "simplest input [[0, 1, 2, 3]] (float32)")
+
+
+def check_softmax(
+    fn: Callable[..., Any],
+    *,
+    dtypes: Iterable[Any] = DEFAULT_DTYPES,
+    fully_masked: str = "zeros",
+    batch_invariant: bool = False,
+    deterministic: bool = True,
+    accumulate: str = "float32",
+    exp: Any = "fast",
+    min_len: int = 1,
+    max_len: int = 1024,
+    max_rows: int = 8,
+    families: Sequence[str] | None = None,
+    properties: Sequence[str] | None = None,
+    skip: dict[str, str] | None = None,
+    allow_nonfinite: bool = False,
+    profile: str = "onlinesm-quick",
+    max_examples: int | None = None,
+    seed: int | None = None,
+    device: str | None = None,
+    backend: str | None = None,
+    name: str | None = None,
+    target: str | None = None,
+    database: bool = True,
+    save_failures: bool = True,
+    raise_on_failure: bool = True,
+    progress: Callable[[str], None] | None = None,
+) -> CheckResult:
+    """Run the softmax property suite on ``fn(x) -> softmax(x, dim=-1)``.
+
+    Keywords declare the kernel's conventions and domain (DESIGN.md section 3):
+    ``fully_masked`` ("zeros", "nan" like torch.softmax, or "any"), ``batch_invariant``,
+    ``deterministic``, ``accumulate`` and ``exp`` (they set the bound's terms), the dtypes and
+    row lengths to generate, ``skip={"property": "reason"}`` to waive a property. Raises
+    ``AssertionError`` with the full report when a property is falsified (unless
+    ``raise_on_failure=False``), and :class:`UsageError` when nothing could be tested.
+
+    >>> import torch, onlinesm
+    >>> onlinesm.check_softmax(lambda x: torch.softmax(x, -1), fully_masked="nan").passed  # doctest: +SKIP
+    True
+    """
+    conv = Conventions(fully_masked=fully_masked, batch_invariant=batch_invariant,
+                       deterministic=deterministic, numerics=_numerics(accumulate, exp, False, None))
+    dts = _dtypes(dtypes)
+    names, waive = _selected(SOFTMAX_PROPERTIES, properties, skip)
+    if profile not in PROFILES:
+        raise UsageError(f"profile={profile!r} is unknown; use one of {', '.join(PROFILES)}")
+    if not (1 <= min_len <= max_len):
+        raise UsageError(f"need 1 <= min_len <= max_len, got min_len={min_len}, max_len={max_len}")
+    from onlinesm.strategies import softmax_cases
+
+    kernel = Kernel(fn, op="softmax", backend=backend, device=device, name=name, target=target)
+    _smoke_softmax(kernel)
+    say = progress or (lambda _msg: None)
+    outcomes: list[PropertyOutcome] = []
+    for dtype in dts:
+        strategy = softmax_cases(dtype=dtype, min_len=min_len, max_len=max_len, max_rows=max_rows,
+                                 families=families, allow_nonfinite=allow_nonfinite)
+        for prop_name in names:
+            if prop_name in waive:
+                outcomes.append(PropertyOutcome(prop_name, dtype, "waived", reason=waive[prop_name]))
+                continue
+            prop = SOFTMAX_PROPERTIES[prop_name]
+            start = time.monotonic()
+            n, case, err = _run_given(
+                strategy, lambda c, p=prop: p(kernel, c.x, conv), profile=profile,
+                max_examples=max_examples, seed=seed,
+                database=_db_path(kernel, "softmax", prop_name, dtype) if database else None)
+            outcome = PropertyOutcome(prop_name, dtype, "passed", n, time.monotonic() - start)
+            if case is not None:
+                outcome.status = "failed"
+                outcome.failure = _softmax_failure(kernel, prop_name, prop, conv, case, err, save_failures)
+            outcome.seconds = time.monotonic() - start
+            say(f"{prop_name:<18} {dtype:<9} {outcome.status:<7} {n:>4} examples {outcome.seconds:6.1f}s")
+            outcomes.append(outcome)
+    result = CheckResult("softmax", kernel.name, _conventions_dict(conv, dts), outcomes, seed, kernel.device)
+    if raise_on_failure and not result.passed:
+        raise AssertionError(result.report())
+    return result
+
+
+def _softmax_failure(kernel: Kernel, prop_name: str, prop: Callable[..., None], conv: Conventions,
+                     case: Any, err: BaseException | None, save: bool) -> Failure:
+    x = case.x
+
+    def fails(candidate: np.ndarray) -> bool:
+        try:
+            prop(kernel, candidate, conv)
+        except (PropertyFailure, KernelError):
+            return True
+        return False
+
+    worst = getattr(err, "worst_row", None)
+    small = minimise_rows(x, fails, worst_row=worst)
+    message = str(err)
+    try:
+        prop(kernel, small, conv)
+    except (PropertyFailure, KernelError) as final:
+        message = str(final)
+    else:  # the minimiser ran out of budget in a state that passes: report the original
+        small = x
+    row = worst if worst is not None and small.shape[0] == 1 and x.shape[0] > 1 else 0
+    family = case.families[row] if getattr(case, "families", None) and row < len(case.families) else ""
+    failure = Failure(prop_name, resolve(x.dtype).name, message, {"x": small}, family)
+    if save:
+        failure.replay_path = counterexample.save(
+            op="softmax", prop=prop_name, kernel=kernel, conventions=conv, inputs={"x": small},
+            message=message, directory=STATE_DIR / "failures")
+    return failure
+
+
+def _conventions_dict(conv: Conventions, dtypes: list[str]) -> dict[str, Any]:
+    d = dataclasses.asdict(conv)
+    d["empty_lse"] = "inf" if conv.empty_lse > 0 else "-inf"
+    d["numerics"] = dataclasses.asdict(conv.numerics)
+    d["dtypes"] = dtypes
+    return d
+
+
+# ---------------------------------------------------------------------------------------------
+# Attention
+
+
+def _smoke_attention(kernel: Kernel) -> None:
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.standard_normal((1, 1, s, 16)).astype(np.float32) for s in (4, 4, 4))
+    try:
+        o, _ = kernel.attention(AttentionInputs(q, k, v))
+    except KernelError as err:
+        if err.kind in _TESTABLE:
+            return
+        raise UsageError(f"nothing could be tested: {err}") from None
+    if not np.all(np.isfinite(o.astype(np.float64))):
+        raise UsageError(f"nothing could be tested: {kernel.name} returned non-finite values for "
+                         "the simplest input (q, k, v of shape [1, 1, 4, 16], float32)")
+
+
+def check_attention(
+    fn: Callable[..., Any],
+    *,
+    dtypes: Iterable[Any] = DEFAULT_DTYPES,
+    fully_masked: str = "zeros",
+    causal_align: str = "top-left",
+    lse_base: str = "e",
+    empty_lse: float = -np.inf,
+    deterministic: bool = True,
+    accumulate: str = "float32",
+    exp: Any = "fast",
+    allow_tf32: bool = False,
+    p_dtype: str | None = "input",
+    head_dims: Sequence[int] = (16, 32, 64),
+    max_batch: int = 2,
+    max_heads: int = 2,
+    max_seq_q: int = 64,
+    max_seq_k: int = 96,
+    allow_mask: bool = True,
+    allow_causal: bool = True,
+    allow_gqa: bool = False,
+    same_seq: bool = False,
+    families: Sequence[str] | None = None,
+    properties: Sequence[str] | None = None,
+    skip: dict[str, str] | None = None,
+    profile: str = "onlinesm-quick",
+    max_examples: int | None = None,
+    seed: int | None = None,
+    device: str | None = None,
+    backend: str | None = None,
+    name: str | None = None,
+    target: str | None = None,
+    database: bool = True,
+    save_failures: bool = True,
+    raise_on_failure: bool = True,
+    progress: Callable[[str], None] | None = None,
+) -> CheckResult:
+    """Run the attention property suite on ``fn(q, k, v, *, mask, causal, scale)``.
+
+    The kernel returns ``o`` or ``(o, lse)``; when it accepts ``return_lse`` the harness asks
+    for lse and checks it. Declared conventions: ``fully_masked``, ``causal_align``,
+    ``lse_base``, ``empty_lse``, ``deterministic``; numerics: ``accumulate``, ``exp``,
+    ``allow_tf32``, ``p_dtype`` ("input": P is rounded to the input dtype before P·V, as
+    FlashAttention kernels do; None: kept in float32); domain: ``head_dims``, sizes,
+    ``allow_mask``, ``allow_causal``, ``allow_gqa``, ``same_seq``.
+
+    >>> import onlinesm
+    >>> onlinesm.check_attention(my_attention, causal_align="bottom-right")  # doctest: +SKIP
+    """
+    dts = _dtypes(dtypes)
+    numerics = _numerics(accumulate, exp, allow_tf32, None)
+    conv = Conventions(fully_masked=fully_masked, causal_align=causal_align, lse_base=lse_base,
+                       empty_lse=float(empty_lse), deterministic=deterministic, numerics=numerics)
+    names, waive = _selected(ATTENTION_PROPERTIES, properties, skip)
+    if profile not in PROFILES:
+        raise UsageError(f"profile={profile!r} is unknown; use one of {', '.join(PROFILES)}")
+    from onlinesm.strategies import attention_inputs
+
+    kernel = Kernel(fn, op="attention", backend=backend, device=device, name=name, target=target)
+    _smoke_attention(kernel)
+    say = progress or (lambda _msg: None)
+    outcomes: list[PropertyOutcome] = []
+    for dtype in dts:
+        pd = resolve(dtype).name if p_dtype == "input" else p_dtype
+        dconv = dataclasses.replace(conv, numerics=dataclasses.replace(numerics, p_dtype=pd))
+        strategy = attention_inputs(dtype=dtype, max_batch=max_batch, max_heads=max_heads,
+                                    max_seq_q=max_seq_q, max_seq_k=max_seq_k,
+                                    head_dims=tuple(head_dims), families=families,
+                                    allow_mask=allow_mask, allow_causal=allow_causal,
+                                    allow_gqa=allow_gqa, same_seq=same_seq)
+        for prop_name in names:
+            if prop_name in waive:
+                outcomes.append(PropertyOutcome(prop_name, dtype, "waived", reason=waive[prop_name]))
+                continue
+            prop = ATTENTION_PROPERTIES[prop_name]
+            start = time.monotonic()
+            n, case, err = _run_given(
+                strategy, lambda c, p=prop: p(kernel, _inputs(c), dconv), profile=profile,
+                max_examples=max_examples, seed=seed,
+                database=_db_path(kernel, "attention", prop_name, dtype) if database else None)
+            outcome = PropertyOutcome(prop_name, dtype, "passed", n)
+            if case is not None:
+                outcome.status = "failed"
+                inp = _inputs(case)
+                failure = Failure(prop_name, dtype, str(err), dataclasses.asdict(inp),
+                                  getattr(case, "family", ""))
+                if save_failures:
+                    failure.replay_path = counterexample.save(
+                        op="attention", prop=prop_name, kernel=kernel, conventions=dconv,
+                        inputs=dataclasses.asdict(inp), message=str(err),
+                        directory=STATE_DIR / "failures")
+                outcome.failure = failure
+            outcome.seconds = time.monotonic() - start
+            say(f"{prop_name:<18} {dtype:<9} {outcome.status:<7} {n:>4} examples {outcome.seconds:6.1f}s")
+            outcomes.append(outcome)
+    result = CheckResult("attention", kernel.name, _conventions_dict(conv, dts), outcomes, seed, kernel.device)
+    if raise_on_failure and not result.passed:
+        raise AssertionError(result.report())
+    return result
+
+
+def _inputs(case: Any) -> AttentionInputs:
+    return AttentionInputs(q=case.q, k=case.k, v=case.v, mask=case.mask, causal=bool(case.causal),
+                           scale=case.scale)

@@ -1,0 +1,127 @@
+"""Portable counterexamples: save a failing input as JSON, replay it later.
+
+JSON cannot hold NaN, inf or bf16, so arrays are stored as the hex of their bits (exact for
+every dtype), and bool masks as a string of 0/1. A file records the op, the property, the
+kernel's target (when it was loaded by name), its declared conventions and the message.
+Schema ``onlinesm.counterexample/1``::
+
+    {"schema": "onlinesm.counterexample/1", "op": "softmax", "property": "accuracy",
+     "kernel": "...", "target": "pkg.mod:fn" | null, "conventions": {...},
+     "inputs": {"x": {"dtype": "bfloat16", "shape": [1, 3], "hex": ["3f80", ...]}},
+     "message": "..."}
+
+Example:
+    >>> from onlinesm.counterexample import replay
+    >>> ok, message = replay(".onlinesm/failures/x.json", fn=my_softmax)  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+
+from onlinesm.dtypes import from_hex, resolve, to_hex
+
+__all__ = ["SCHEMA", "save", "load", "replay", "encode_array", "decode_array"]
+
+SCHEMA = "onlinesm.counterexample/1"
+
+
+def encode_array(a: Any) -> Any:
+    """An array as JSON: hex bits for floats, a 0/1 string for bools; None and scalars pass."""
+    if a is None or isinstance(a, (bool, int, float, str)):
+        return a
+    a = np.asarray(a)
+    if a.dtype == np.bool_:
+        return {"dtype": "bool", "shape": list(a.shape), "bits": "".join("1" if b else "0" for b in a.ravel())}
+    return {"dtype": resolve(a.dtype).name, "shape": list(a.shape), "hex": to_hex(a)}
+
+
+def decode_array(d: Any) -> Any:
+    """Inverse of :func:`encode_array`."""
+    if not isinstance(d, dict):
+        return d
+    if d["dtype"] == "bool":
+        return np.array([c == "1" for c in d["bits"]], dtype=bool).reshape(d["shape"])
+    return from_hex(d["hex"], d["dtype"]).reshape(d["shape"])
+
+
+def _conventions_json(conv: Any) -> dict[str, Any]:
+    d = dataclasses.asdict(conv)
+    d["empty_lse"] = "inf" if conv.empty_lse > 0 else "-inf"
+    return d
+
+
+def save(*, op: str, prop: str, kernel: Any, conventions: Any, inputs: dict[str, Any],
+         message: str, directory: Path) -> str:
+    """Write one counterexample; return its path (named by a digest of its content)."""
+    record = {
+        "schema": SCHEMA,
+        "op": op,
+        "property": prop,
+        "kernel": kernel.name,
+        "target": getattr(kernel, "target", None),
+        "conventions": _conventions_json(conventions),
+        "inputs": {k: encode_array(v) for k, v in inputs.items()},
+        "message": message,
+    }
+    text = json.dumps(record, indent=1)
+    digest = hashlib.sha1(text.encode()).hexdigest()[:10]
+    safe = "".join(c if c.isalnum() else "_" for c in kernel.name)[:40]
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / f"{op}-{prop}-{safe}-{digest}.json"
+    path.write_text(text)
+    return str(path)
+
+
+def load(path: str | Path) -> dict[str, Any]:
+    """Read and validate a counterexample file; a clear ValueError when it is not one."""
+    try:
+        record = json.loads(Path(path).read_text())
+    except FileNotFoundError:
+        raise ValueError(f"no counterexample file at {path}") from None
+    except json.JSONDecodeError as err:
+        raise ValueError(f"{path} is not JSON ({err.msg} at line {err.lineno})") from None
+    if not isinstance(record, dict) or record.get("schema") != SCHEMA:
+        raise ValueError(f"{path} is not an onlinesm counterexample (expected schema {SCHEMA!r})")
+    return record
+
+
+def replay(path: str | Path, fn: Callable[..., Any] | None = None, *, device: str | None = None,
+           backend: str | None = None) -> tuple[bool, str]:
+    """Re-run the saved property on the saved input: (holds now, message).
+
+    ``fn`` defaults to the kernel named by the file's target (a kernel that cannot be imported
+    by name is passed here instead).
+    """
+    from onlinesm.harness import AttentionInputs, Kernel, KernelError
+    from onlinesm.properties import ATTENTION_PROPERTIES, SOFTMAX_PROPERTIES, Conventions, PropertyFailure
+    from onlinesm.tolerance import Numerics
+
+    record = load(path)
+    if fn is None:
+        if not record.get("target"):
+            raise ValueError(f"{path} names no importable target; pass the kernel: replay(path, fn=...)")
+        from onlinesm.targets import load_target
+
+        fn = load_target(record["target"])
+    c = dict(record["conventions"])
+    c["empty_lse"] = float(c["empty_lse"])
+    c["numerics"] = Numerics(**c["numerics"])
+    conv = Conventions(**c)
+    inputs = {k: decode_array(v) for k, v in record["inputs"].items()}
+    kernel = Kernel(fn, op=record["op"], device=device, backend=backend, name=record["kernel"])
+    try:
+        if record["op"] == "softmax":
+            SOFTMAX_PROPERTIES[record["property"]](kernel, inputs["x"], conv)
+        else:
+            inp = AttentionInputs(**inputs)
+            ATTENTION_PROPERTIES[record["property"]](kernel, inp, conv)
+    except (PropertyFailure, KernelError) as err:
+        return False, str(err)
+    return True, f"{record['property']} now holds on the saved input"

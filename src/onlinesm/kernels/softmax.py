@@ -1,0 +1,499 @@
+"""Online softmax in Triton: one read of x when a row fits on chip, two when it does not.
+
+What it computes: ``softmax(x)`` over the last dim, for float32, bfloat16 and float16 inputs,
+output in the input's dtype, every operation in float32. Any number of rows (leading dims are
+flattened), any row length, any row stride, -inf masks, fully masked rows.
+
+Why three kernels (the launcher picks one per call):
+
+* ``_softmax_on_chip_kernel`` -- the row (or several short rows) fits in registers: load it once,
+  max, exp, sum, normalise, store. One read + one write of x: the memory-bandwidth ideal.
+* ``_softmax_stream_kernel`` -- any length: stream the row in tiles keeping the online (m, d) pair
+  of the seeds (Milakov & Gimelshein 2018), then stream it again to write exp(x - m) / d. Two
+  reads + one write, never a third pass. Pass 2 walks the tiles backwards so that the tiles read
+  last in pass 1 -- the ones most likely still in L2 -- are read first.
+* ``_softmax_split_kernel`` -- compiled GPU only, for rows too long for one program: a row is cut
+  into chunks held in registers by cooperating programs, which swap their partial (m, d) through
+  global memory, merge them, and write. One read + one write again. Programs wait for each other,
+  so the grid is persistent (never more programs than fit on the GPU at once) and the wait is
+  bounded: a wait that times out writes NaN instead of hanging. The interpreter runs programs one
+  after another, so it never takes this path.
+
+Numerics, in the order they bite (DESIGN.md section 6, seeds section 7):
+
+* The running max starts at -inf, never at a finite sentinel: rows whose values all lie below
+  -1e30 are ordinary rows. ``exp(-inf - -inf)`` would be NaN, so wherever the max can still be
+  -inf (nothing finite seen yet) the kernels subtract a *reference* of 0 instead: every
+  ``exp(-inf - 0)`` is an exact 0 and the row stays clean.
+* exp is ``exp2((x - m) * log2(e))``: ``x - m`` first (exact when x is near m, and never
+  overflowing, while ``x * log2(e)`` overflows for x near the fp32 max), then the scale. That is
+  what ``tl.exp`` does internally too, so its accuracy is Triton's fast-exp class: error about
+  ``0.73 |x - m|`` ulp plus ~2 ulp of ``ex2.approx``. :data:`EXP` says so for the tolerance model.
+* Normalising multiplies by ``1 / d`` (one division per row instead of one per element): one more
+  rounding, so the componentwise bound is that of Blanchard, Higham & Higham plus ``u32``.
+* A fully masked row has d = 0: it gives zeros (``fully_masked="zeros"``, lse would be -inf) or
+  NaN (``fully_masked="nan"``, like ``torch.softmax``).
+* A row holding NaN or +inf gives NaN, like the oracle.
+
+Example:
+    >>> from onlinesm import kernels
+    >>> kernels.use_interpreter()            # CPU tensors when there is no GPU
+    >>> from onlinesm.kernels import softmax
+    >>> softmax(torch.tensor([[1.0, 3.0, 2.0, float("-inf")]]))
+    tensor([[0.0900, 0.6652, 0.2447, 0.0000]])
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import sys
+import types
+from typing import Any
+
+import torch
+import triton
+import triton.language as tl
+
+from onlinesm.kernels import interpreting
+
+__all__ = [
+    "softmax",
+    "EXP",
+    "ACCUMULATE",
+    "INTERPRETED",
+    "SUPPORTED_DTYPES",
+    "FULLY_MASKED",
+    "PATHS",
+    "plan",
+    "Plan",
+]
+
+#: The exp's accuracy class, for the tolerance model: ``"fast"`` is Triton's fast GPU exp
+#: (``exp2(x * log2 e)`` through ``ex2.approx``), the class of ``tl.exp``. Under the interpreter
+#: numpy's exp2 is used instead, which is more accurate, so "fast" is an honest upper bound.
+EXP = "fast"
+#: Every addition, max, exp and division happens in float32.
+ACCUMULATE = "float32"
+#: Whether this module's kernels were decorated under ``TRITON_INTERPRET=1`` (CPU tensors).
+INTERPRETED: bool = interpreting()
+SUPPORTED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
+FULLY_MASKED = ("zeros", "nan")
+PATHS = ("auto", "on_chip", "stream", "split")
+
+LOG2E = tl.constexpr(1.4426950408889634)  # log2(e): exp(t) == exp2(t * log2(e))
+#: The running max's starting value: -inf, "nothing seen yet" (never a finite sentinel).
+NEG_INF = tl.constexpr(float("-inf"))
+
+
+# --------------------------------------------------------------------------------------------
+# Rounding to the output dtype
+# --------------------------------------------------------------------------------------------
+@triton.jit
+def _to_output(y, out_ptr, ROUND_BF16: tl.constexpr):
+    """fp32 -> the output dtype, rounding to nearest even.
+
+    The GPU's conversion already rounds to nearest even. Triton's interpreter truncates
+    fp32 -> bf16 (round toward zero, up to 1 ulp off), so under it the launcher sets ROUND_BF16
+    and the rounding is done on the bits: add 0x7FFF plus the lowest kept bit (the tie goes to
+    the even neighbour), then clear the 16 dropped bits, leaving a value bf16 holds exactly.
+    """
+    if ROUND_BF16:
+        bits = y.to(tl.uint32, bitcast=True)
+        bits = (bits + (0x7FFF + ((bits >> 16) & 1))) & 0xFFFF0000
+        y = bits.to(tl.float32, bitcast=True)
+    return y.to(out_ptr.dtype.element_ty)
+
+
+# --------------------------------------------------------------------------------------------
+# Kernel 1: rows that fit on chip. One read, one write.
+# --------------------------------------------------------------------------------------------
+@triton.jit
+def _softmax_on_chip_kernel(
+    x_ptr, y_ptr, n_rows, n_cols, stride_xm, stride_ym,
+    BLOCK_N: tl.constexpr,  # power of two >= n_cols: one program sees whole rows
+    ROWS: tl.constexpr,  # rows per program (short rows are packed so a program has enough work)
+    NAN_IF_EMPTY: tl.constexpr,  # fully masked row -> NaN (True) or zeros (False)
+    ROUND_BF16: tl.constexpr,  # interpreter only: see _to_output
+    STAGES: tl.constexpr,  # > 1: persistent grid, the next rows' loads overlap this row's math
+):
+    # Program p takes row blocks p, p + n_programs, ... With one program per block the loop runs
+    # once; with a persistent grid (a few programs per SM) and STAGES > 1, Triton's pipeliner
+    # issues the loads of the next block into shared memory while this one is reduced, which
+    # keeps memory busy even when a single program fills an SM's registers.
+    n_blocks = tl.cdiv(n_rows, ROWS)
+    cols = tl.arange(0, BLOCK_N)  # [BLOCK_N] unit column stride (the launcher made it so)
+    if STAGES == 1:
+        _softmax_rows(x_ptr, y_ptr, tl.program_id(0), n_rows, n_cols, stride_xm, stride_ym, cols,
+                      ROWS, NAN_IF_EMPTY, ROUND_BF16)
+    else:
+        for blk in tl.range(tl.program_id(0), n_blocks, tl.num_programs(0), num_stages=STAGES):
+            _softmax_rows(x_ptr, y_ptr, blk, n_rows, n_cols, stride_xm, stride_ym, cols,
+                          ROWS, NAN_IF_EMPTY, ROUND_BF16)
+
+
+@triton.jit
+def _softmax_rows(x_ptr, y_ptr, blk, n_rows, n_cols, stride_xm, stride_ym, cols,
+                  ROWS: tl.constexpr, NAN_IF_EMPTY: tl.constexpr, ROUND_BF16: tl.constexpr):
+    """Softmax of rows blk * ROWS ... blk * ROWS + ROWS - 1, each held whole in registers."""
+    rows = blk * ROWS + tl.arange(0, ROWS)  # [ROWS] the rows of this block
+    mask = (rows < n_rows)[:, None] & (cols < n_cols)[None, :]
+    rows64 = rows.to(tl.int64)  # row * stride can pass 2**31 on big tensors
+    # Load the whole row once. Padding lanes read -inf: exp(-inf) = 0, so they add nothing to d
+    # and cannot raise the max. Cast to fp32 at once (the interpreter has no bf16 arithmetic).
+    x = tl.load(x_ptr + rows64[:, None] * stride_xm + cols[None, :], mask=mask, other=NEG_INF)
+    x = x.to(tl.float32)
+    # m: the row max, the shift that keeps every exp <= 1 (no overflow, safe softmax).
+    m = tl.max(x, axis=1)
+    # A fully masked row has m = -inf, and x - m would be -inf - -inf = NaN. Shift by 0 instead:
+    # exp(-inf - 0) = 0 exactly, so the row's d is 0 and the convention below decides.
+    m_ref = tl.where(m == NEG_INF, 0.0, m)
+    # e = exp(x - m) as exp2((x - m) * log2 e): subtract first (exact near the max, no overflow).
+    e = tl.exp2((x - m_ref[:, None]) * 1.4426950408889634)  # log2(e)
+    # d: the denominator, >= 1 for any row with a finite entry (its max contributes exp(0) = 1).
+    d = tl.sum(e, axis=1)
+    # One division per row, then multiplies: one extra rounding (u32), far cheaper than N divs.
+    # d == 0 only for a fully masked row; a NaN d (NaN or +inf in the row) must stay NaN, so
+    # test d == 0, not d > 0.
+    d_safe = tl.where(d == 0.0, 1.0, d)  # no 1/0 computed, even in the untaken branch
+    if NAN_IF_EMPTY:
+        inv = tl.where(d == 0.0, float("nan"), 1.0 / d_safe)
+    else:
+        inv = tl.where(d == 0.0, 0.0, 1.0 / d_safe)
+    y = e * inv[:, None]
+    tl.store(
+        y_ptr + rows64[:, None] * stride_ym + cols[None, :],
+        _to_output(y, y_ptr, ROUND_BF16),
+        mask=mask,
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Kernel 2: rows of any length. Pass 1 reads tiles and keeps (m, d); pass 2 reads again, writes.
+# --------------------------------------------------------------------------------------------
+@triton.jit
+def _softmax_stream_kernel(
+    x_ptr, y_ptr, n_cols, stride_xm, stride_ym,
+    TILE: tl.constexpr,  # elements per tile (power of two)
+    NAN_IF_EMPTY: tl.constexpr,
+    ROUND_BF16: tl.constexpr,
+):
+    row = tl.program_id(0).to(tl.int64)  # one program per row
+    x_row = x_ptr + row * stride_xm
+    y_row = y_ptr + row * stride_ym
+    cols = tl.arange(0, TILE)
+
+    # Pass 1: the online recurrence, run independently in every lane of the tile, so the loop has
+    # no cross-thread reduction at all. Lane j sees elements j, j + TILE, j + 2 TILE, ... and keeps
+    #   m_j = max of what it has seen            (starts at -inf: nothing seen, no sentinel)
+    #   d_j = sum of exp(x - m_j) over the same   (starts at 0)
+    m_lane = tl.full([TILE], NEG_INF, tl.float32)
+    d_lane = tl.zeros([TILE], tl.float32)
+    for start in range(0, n_cols, TILE):
+        idx = start + cols
+        # evict_last: keep these lines in L2, pass 2 is about to read them again.
+        x = tl.load(x_row + idx, mask=idx < n_cols, other=NEG_INF, eviction_policy="evict_last")
+        x = x.to(tl.float32)
+        # The recurrence m' = max(m, x), d' = d * exp(m - m') + exp(x - m') needs one exp, not
+        # two: one of the two exponents is 0. With hi = max(m, x), lo = min(m, x), t = exp(lo - hi):
+        #   x > m  (the max grows):  d' = d * t + 1   (old terms rescaled, new term exp(0) = 1)
+        #   x <= m (max unchanged):  d' = d + t       (new term exp(x - m), old terms untouched)
+        # (propagate_nan: a NaN in the row must reach d; the default max/min would drop it.)
+        hi = tl.maximum(m_lane, x, propagate_nan=tl.PropagateNan.ALL)
+        lo = tl.minimum(m_lane, x, propagate_nan=tl.PropagateNan.ALL)
+        # While the lane has seen only -inf, hi = lo = -inf and lo - hi would be NaN: use
+        # lo - hi = -inf - 0 there, so t = 0 and d stays exactly 0.
+        empty = hi == NEG_INF
+        t = tl.exp2((lo - tl.where(empty, 0.0, hi)) * 1.4426950408889634)  # log2(e)
+        d_lane = tl.where(x > m_lane, d_lane * t + 1.0, d_lane + t)
+        m_lane = hi
+
+    # Merge the TILE lane states into the row's (m, d): the tile form of the recurrence,
+    #   m = max_j m_j,   d = sum_j d_j * exp(m_j - m)   (each lane re-referenced to the row max).
+    m = tl.max(m_lane, axis=0)
+    m_ref = tl.where(m == NEG_INF, 0.0, m)  # fully masked row: shift by 0, see kernel 1
+    d = tl.sum(d_lane * tl.exp2((m_lane - m_ref) * 1.4426950408889634), axis=0)  # log2(e)
+    d_safe = tl.where(d == 0.0, 1.0, d)  # as in kernel 1
+    if NAN_IF_EMPTY:
+        inv = tl.where(d == 0.0, float("nan"), 1.0 / d_safe)
+    else:
+        inv = tl.where(d == 0.0, 0.0, 1.0 / d_safe)
+
+    # Pass 2: y = exp(x - m) / d, tile by tile, walking backwards: the last tiles of pass 1 are
+    # the likeliest to be in L2 still. (A third pass would re-read x to compute d; the online
+    # recurrence is exactly what saved it.)
+    n_tiles = tl.cdiv(n_cols, TILE)
+    for k in range(0, n_tiles):
+        idx = (n_tiles - 1 - k) * TILE + cols
+        ok = idx < n_cols
+        x = tl.load(x_row + idx, mask=ok, other=NEG_INF, eviction_policy="evict_first")
+        e = tl.exp2((x.to(tl.float32) - m_ref) * 1.4426950408889634)  # log2(e)
+        tl.store(y_row + idx, _to_output(e * inv, y_ptr, ROUND_BF16), mask=ok)
+
+
+# --------------------------------------------------------------------------------------------
+# Kernel 3 (compiled GPU only): a long row split across SPLIT cooperating programs.
+# --------------------------------------------------------------------------------------------
+@triton.jit
+def _softmax_split_kernel(
+    x_ptr, y_ptr, part_ptr, count_ptr, n_rows, n_cols, stride_xm, stride_ym,
+    CHUNK: tl.constexpr,  # elements each program keeps in registers (power of two)
+    SPLIT: tl.constexpr,  # programs per row: SPLIT * CHUNK >= n_cols (power of two)
+    NAN_IF_EMPTY: tl.constexpr,
+    MAX_SPIN: tl.constexpr,  # bound on the wait for the other chunks (then NaN, never a hang)
+):
+    # Program p owns chunk p % SPLIT of the rows group, group + n_groups, ...: the SPLIT programs
+    # of a group always work on the same row at the same time. The grid is persistent (at most
+    # what the GPU holds at once), so every program a group waits for is running.
+    pid = tl.program_id(0)
+    chunk = pid % SPLIT
+    group = pid // SPLIT
+    n_groups = tl.num_programs(0) // SPLIT
+    cols = chunk * CHUNK + tl.arange(0, CHUNK)
+    col_ok = cols < n_cols
+    lanes = tl.arange(0, SPLIT)
+    for row in range(group, n_rows, n_groups):
+        row64 = row.to(tl.int64)
+        # The chunk is read once and stays in registers until it is written.
+        x = tl.load(x_ptr + row64 * stride_xm + cols, mask=col_ok, other=NEG_INF,
+                    eviction_policy="evict_first")
+        x = x.to(tl.float32)
+        # This chunk's (m_c, d_c), exactly as in kernel 1.
+        m_c = tl.max(x, axis=0)
+        m_c_ref = tl.where(m_c == NEG_INF, 0.0, m_c)
+        d_c = tl.sum(tl.exp2((x - m_c_ref) * 1.4426950408889634), axis=0)  # log2(e)
+        # Publish (m_c, d_c), then count this chunk in. The release orders the two writes before
+        # the count: whoever sees the count also sees the values.
+        slot = part_ptr + (row64 * SPLIT + chunk) * 2
+        tl.atomic_xchg(slot, m_c, sem="relaxed")
+        tl.atomic_xchg(slot + 1, d_c, sem="relaxed")
+        tl.atomic_add(count_ptr + row64, 1, sem="release")
+        # Wait until all SPLIT chunks of this row are in (acquire: their writes become visible).
+        seen = tl.atomic_add(count_ptr + row64, 0, sem="acquire")
+        spins = 0
+        while (seen < SPLIT) & (spins < MAX_SPIN):
+            seen = tl.atomic_add(count_ptr + row64, 0, sem="acquire")
+            spins += 1
+        # Read all partial states (atomic reads: served by L2, where the writes went) and merge:
+        #   m = max_c m_c,   d = sum_c d_c * exp(m_c - m).
+        ms = tl.atomic_add(part_ptr + (row64 * SPLIT + lanes) * 2, 0.0, sem="acquire")
+        ds = tl.atomic_add(part_ptr + (row64 * SPLIT + lanes) * 2 + 1, 0.0, sem="acquire")
+        m = tl.max(ms, axis=0)
+        m_ref = tl.where(m == NEG_INF, 0.0, m)
+        d = tl.sum(ds * tl.exp2((ms - m_ref) * 1.4426950408889634), axis=0)  # log2(e)
+        d = tl.where(seen < SPLIT, float("nan"), d)  # timed out: say so loudly, never hang
+        d_safe = tl.where(d == 0.0, 1.0, d)  # as in kernel 1
+        if NAN_IF_EMPTY:
+            inv = tl.where(d == 0.0, float("nan"), 1.0 / d_safe)
+        else:
+            inv = tl.where(d == 0.0, 0.0, 1.0 / d_safe)
+        e = tl.exp2((x - m_ref) * 1.4426950408889634)  # log2(e)
+        tl.store(y_ptr + row64 * stride_ym + cols, (e * inv).to(y_ptr.dtype.element_ty),
+                 mask=col_ok)
+
+
+# --------------------------------------------------------------------------------------------
+# Launcher
+# --------------------------------------------------------------------------------------------
+#: Launch parameters, measured on the H200 (reports/h200/bench_softmax.md). Tests and the bench
+#: override them per call through :func:`softmax`'s keywords or :func:`plan`.
+TUNING: dict[str, Any] = {
+    "max_on_chip": 32768,  # longest row kept in registers by one program (elements)
+    "elems_per_thread": 16,  # on-chip kernel: num_warps = BLOCK_N / (32 * this), in [1, 32]
+    "min_elems_per_program": 4096,  # short rows are packed until a program has this much
+    "chip_stages": 1,  # > 1: persistent on-chip grid with pipelined loads, for every row size
+    "chip_programs_per_sm": 1,
+    # 16-bit rows in blocks this large fill an SM's registers alone: pipeline them (measured on
+    # the H200 at N = 32768 bf16: 3906 GB/s pipelined, 3424 not; at 12288 it lost, 3107 vs 3555).
+    "chip_pipelined_block_16bit": 32768,
+    "chip_pipelined_stages": 3,
+    "stream_tile": 8192,
+    "stream_warps": 16,
+    # Long rows on the GPU: fp32 split across programs (1 read), 16-bit types streamed (2 reads;
+    # measured faster for them: a 16-bit chunk carries half the bytes per synchronisation).
+    "split_itemsizes": (4,),
+    "split_chunk": 32768,
+    "split_warps": 32,
+    "split_programs_per_sm": 1,
+    "max_spin": 1 << 20,  # ~1 s of polling: far beyond any real wait, short of a hang
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """Which kernel runs and with what launch parameters (see :func:`plan`)."""
+
+    path: str  # "on_chip", "stream" or "split"
+    block: int  # BLOCK_N, TILE or CHUNK
+    rows_per_program: int = 1
+    split: int = 1
+    num_warps: int = 4
+    stages: int = 1  # on_chip: > 1 means a persistent, software-pipelined grid
+
+
+def _pow2(n: int) -> int:
+    return 1 << max(0, (int(n) - 1).bit_length())
+
+
+def plan(
+    n_cols: int,
+    *,
+    path: str = "auto",
+    max_on_chip: int | None = None,
+    tile: int | None = None,
+    interpreted: bool = INTERPRETED,
+    tuning: dict[str, Any] | None = None,
+    itemsize: int = 4,
+) -> Plan:
+    """The launch :func:`softmax` makes for rows of ``n_cols`` elements.
+
+    ``path="auto"`` keeps rows of at most ``max_on_chip`` elements in registers, and streams
+    longer rows (split across programs on the GPU, in tiles of ``tile`` under the interpreter).
+    """
+    t = {**TUNING, **(tuning or {})}
+    limit = int(max_on_chip if max_on_chip is not None else t["max_on_chip"])
+    if path == "auto":
+        if n_cols <= limit:
+            path = "on_chip"
+        elif itemsize in t["split_itemsizes"] and not interpreted and n_cols <= limit * 64:
+            path = "split"
+        else:
+            path = "stream"
+    if path == "on_chip":
+        block = max(16, _pow2(n_cols))
+        rows = max(1, min(64, int(t["min_elems_per_program"]) // block))
+        warps = block * rows // (32 * int(t["elems_per_thread"]))
+        warps = max(1, min(32, _pow2(max(1, warps))))
+        stages = int(t["chip_stages"])
+        if stages == 1 and itemsize == 2 and block >= int(t["chip_pipelined_block_16bit"]):
+            stages = int(t["chip_pipelined_stages"])
+        return Plan("on_chip", block, rows, 1, warps, stages)
+    if path == "stream":
+        block = _pow2(tile if tile is not None else t["stream_tile"])
+        return Plan("stream", max(16, block), 1, 1, int(t["stream_warps"]))
+    if path == "split":
+        chunk = _pow2(tile if tile is not None else min(int(t["split_chunk"]), _pow2(n_cols)))
+        return Plan("split", chunk, 1, _pow2(triton.cdiv(n_cols, chunk)), int(t["split_warps"]))
+    raise ValueError(f"path={path!r} is not one of {PATHS}; use 'auto' unless testing a kernel")
+
+
+def _check(x: Any, fully_masked: str) -> None:
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(
+            f"x must be a torch.Tensor, got {type(x).__name__}; wrap arrays with torch.as_tensor"
+        )
+    if x.dtype not in SUPPORTED_DTYPES:
+        raise TypeError(
+            f"x.dtype={x.dtype} is not supported; use float32, bfloat16 or float16 "
+            f"(e.g. x.to(torch.float32))"
+        )
+    if x.dim() == 0 or x.shape[-1] == 0:
+        raise ValueError(
+            f"x.shape={tuple(x.shape)} has no last dim to take softmax over; pass at least one "
+            f"element per row"
+        )
+    if fully_masked not in FULLY_MASKED:
+        raise ValueError(
+            f"fully_masked={fully_masked!r} is not one of {FULLY_MASKED}; use 'zeros' (SDPA math "
+            f"backend) or 'nan' (torch.softmax)"
+        )
+    want = "cpu" if INTERPRETED else "cuda"
+    if x.device.type != want:
+        how = (
+            "move it with x.cpu(), or import the kernels in a process without "
+            "TRITON_INTERPRET=1 to run on the GPU"
+            if INTERPRETED
+            else "move it with x.cuda(), or call onlinesm.kernels.use_interpreter(True) "
+            "before importing the kernels to run on the CPU"
+        )
+        mode = "interpreter" if INTERPRETED else "compiled GPU"
+        raise ValueError(f"x.device={x.device} but the kernels run in {mode} mode; {how}")
+
+
+@functools.lru_cache(maxsize=None)
+def _sm_count(device: torch.device) -> int:
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+def softmax(
+    x: torch.Tensor,
+    *,
+    fully_masked: str = "zeros",
+    path: str = "auto",
+    max_on_chip: int | None = None,
+    tile: int | None = None,
+    tuning: dict[str, Any] | None = None,
+) -> torch.Tensor:
+    """Softmax over the last dim of ``x`` (any leading shape), in x's dtype, float32 inside.
+
+    ``fully_masked``: what a row with no finite entry gives, ``"zeros"`` or ``"nan"`` (as
+    ``torch.softmax``). ``path``, ``max_on_chip``, ``tile`` and ``tuning`` choose the kernel and
+    its launch (tests use them to reach the streaming path with short rows); leave them alone
+    otherwise. A last dim with stride != 1 is copied to contiguous first; rows may have any stride.
+
+    >>> softmax(torch.tensor([[0.0, float("-inf")]]))
+    tensor([[1., 0.]])
+    """
+    _check(x, fully_masked)
+    n_cols = x.shape[-1]
+    if x.stride(-1) != 1 and n_cols > 1:
+        x = x.contiguous()  # unit column stride: coalesced, vectorised loads in every kernel
+    x2 = x.reshape(-1, n_cols)  # a view whenever the leading dims allow it
+    n_rows = x2.shape[0]
+    y2 = torch.empty((n_rows, n_cols), dtype=x.dtype, device=x.device)
+    if n_rows == 0:
+        return y2.reshape(x.shape)
+    p = plan(n_cols, path=path, max_on_chip=max_on_chip, tile=tile, tuning=tuning,
+             itemsize=x.element_size())
+    if p.path == "split" and path == "auto" and not INTERPRETED:
+        t = {**TUNING, **(tuning or {})}
+        if p.split > _sm_count(x.device) * int(t["split_programs_per_sm"]):
+            # More chunks than programs the GPU runs at once: they could not all wait for each
+            # other. Stream instead.
+            p = plan(n_cols, path="stream", tile=tile, tuning=tuning, itemsize=x.element_size())
+    nan_if_empty = fully_masked == "nan"
+    round_bf16 = INTERPRETED and x.dtype == torch.bfloat16
+    if p.path == "on_chip":
+        grid = (triton.cdiv(n_rows, p.rows_per_program),)
+        if p.stages > 1 and not INTERPRETED:
+            t = {**TUNING, **(tuning or {})}
+            grid = (min(grid[0], _sm_count(x.device) * int(t["chip_programs_per_sm"])),)
+        _softmax_on_chip_kernel[grid](
+            x2, y2, n_rows, n_cols, x2.stride(0), y2.stride(0),
+            BLOCK_N=p.block, ROWS=p.rows_per_program, NAN_IF_EMPTY=nan_if_empty,
+            ROUND_BF16=round_bf16, STAGES=p.stages, num_warps=p.num_warps,
+        )
+    elif p.path == "stream":
+        _softmax_stream_kernel[(n_rows,)](
+            x2, y2, n_cols, x2.stride(0), y2.stride(0),
+            TILE=p.block, NAN_IF_EMPTY=nan_if_empty, ROUND_BF16=round_bf16,
+            num_warps=p.num_warps,
+        )
+    else:
+        if INTERPRETED:
+            raise ValueError(
+                "path='split' needs programs running concurrently on a GPU; the interpreter runs "
+                "them one at a time. Use path='stream' (or 'auto') under TRITON_INTERPRET=1"
+            )
+        t = {**TUNING, **(tuning or {})}
+        slots = max(1, _sm_count(x.device) * int(t["split_programs_per_sm"]) // p.split)
+        groups = min(n_rows, slots)
+        part = torch.empty(n_rows * p.split * 2, dtype=torch.float32, device=x.device)
+        count = torch.zeros(n_rows, dtype=torch.int32, device=x.device)
+        _softmax_split_kernel[(groups * p.split,)](
+            x2, y2, part, count, n_rows, n_cols, x2.stride(0), y2.stride(0),
+            CHUNK=p.block, SPLIT=p.split, NAN_IF_EMPTY=nan_if_empty,
+            MAX_SPIN=int(t["max_spin"]), num_warps=p.num_warps,
+        )
+    return y2.reshape(x.shape)
+
+
+class _CallableModule(types.ModuleType):
+    """``import onlinesm.kernels.softmax`` binds this module where the function is expected;
+    calling the module calls the function, so both spellings work."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> torch.Tensor:
+        return softmax(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule

@@ -1,0 +1,571 @@
+"""The property catalogue (DESIGN.md section 4): one small function per property.
+
+Each property takes the :class:`~onlinesm.harness.Kernel`, one generated input and the
+kernel's declared :class:`Conventions`, and raises :class:`PropertyFailure` (an
+``AssertionError``) with a readable message when the kernel breaks it. Bitwise properties
+(determinism, batch invariance, "-inf gives exactly 0", inputs unchanged) compare bits;
+properties that relate two rounded results (shift, permutation, split/merge, a row alone vs in
+a batch) allow the sum of both results' bounds.
+
+The registries :data:`SOFTMAX_PROPERTIES` and :data:`ATTENTION_PROPERTIES` map each name to
+its function; the docstring's first line says what bug it catches.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable
+
+import numpy as np
+
+from onlinesm import oracle
+from onlinesm.dtypes import resolve
+from onlinesm.harness import AttentionInputs, Kernel
+from onlinesm.tolerance import Numerics, attention_bound, compare, relation_bound, rowsum_bound, softmax_bound
+
+__all__ = [
+    "Conventions",
+    "PropertyFailure",
+    "SOFTMAX_PROPERTIES",
+    "ATTENTION_PROPERTIES",
+    "regular_rows",
+]
+
+
+@dataclasses.dataclass(frozen=True)
+class Conventions:
+    """What a kernel declares about itself (DESIGN.md section 3); defaults in brackets.
+
+    - ``fully_masked``: a row with no finite input / no visible key gives ``"zeros"`` (lse
+      -inf), ``"nan"`` (torch.softmax), or ``"any"`` ["zeros"];
+    - ``causal_align``: ``"top-left"`` (SDPA) or ``"bottom-right"`` (FlashAttention 2+) ["top-left"];
+    - ``lse_base``: ``"e"`` or ``"2"`` ["e"]; ``empty_lse``: lse of a fully masked row,
+      ``-inf`` or ``+inf`` [-inf];
+    - ``batch_invariant`` [False]: a row's result is bitwise independent of the batch;
+      ``deterministic`` [True]: two identical calls are bitwise equal;
+    - ``numerics``: accumulation dtype, exp class, tf32, P's dtype: they set the bound's terms.
+    """
+
+    fully_masked: str = "zeros"
+    causal_align: str = "top-left"
+    lse_base: str = "e"
+    empty_lse: float = -np.inf
+    batch_invariant: bool = False
+    deterministic: bool = True
+    numerics: Numerics = dataclasses.field(default_factory=Numerics)
+
+    def __post_init__(self) -> None:
+        if self.fully_masked not in ("zeros", "nan", "any"):
+            raise ValueError(f"fully_masked={self.fully_masked!r} is not a convention; "
+                             "use 'zeros', 'nan' or 'any'")
+        if self.causal_align not in ("top-left", "bottom-right"):
+            raise ValueError(f"causal_align={self.causal_align!r} is not supported; "
+                             "use 'top-left' or 'bottom-right'")
+        if self.lse_base not in ("e", "2"):
+            raise ValueError(f"lse_base={self.lse_base!r} is not supported; use 'e' or '2'")
+        if not np.isinf(self.empty_lse):
+            raise ValueError(f"empty_lse={self.empty_lse!r} must be -inf or +inf")
+
+
+class PropertyFailure(AssertionError):
+    """A property does not hold on an input; the message says where and by how much."""
+
+    def __init__(self, prop: str, message: str, *, worst_row: int | None = None,
+                 bound_use: float = np.inf) -> None:
+        super().__init__(message)
+        self.prop = prop
+        self.worst_row = worst_row  # which row of the batch failed (softmax), for the minimiser
+        self.bound_use = bound_use
+
+
+# ---------------------------------------------------------------------------------------------
+# Softmax
+
+
+def regular_rows(x: np.ndarray) -> np.ndarray:
+    """Rows with at least one finite entry and no NaN or +inf: where accuracy is defined."""
+    x64 = x.astype(np.float64)
+    return np.isfinite(x64).any(axis=-1) & ~np.isnan(x64).any(axis=-1) & ~np.isposinf(x64).any(axis=-1)
+
+
+def _fail_if(cmp: Any, prop: str, x: np.ndarray, *, name: str, intro: str = "") -> None:
+    if not cmp.ok:
+        row = cmp.worst_index[0] if cmp.worst_index else None
+        text = (intro + "\n" if intro else "") + cmp.message(inputs=x, name=name)
+        raise PropertyFailure(prop, text, worst_row=row, bound_use=cmp.max_bound_use)
+
+
+def softmax_accuracy(kernel: Kernel, x: np.ndarray, conv: Conventions) -> None:
+    """Every element within the error-analysis bound of the exact softmax (all bug classes)."""
+    y = kernel.softmax(x)
+    rows = regular_rows(x)
+    if not rows.any():
+        return
+    xs = x[rows]
+    bound = softmax_bound(xs, out_dtype=x.dtype, numerics=conv.numerics)
+    cmp = compare(y[rows], bound.exact, bound, out_dtype=x.dtype)
+    if not cmp.ok:
+        cmp.worst_index = (int(np.flatnonzero(rows)[cmp.worst_index[0]]),) + cmp.worst_index[1:]
+    _fail_if(cmp, "accuracy", x, name="softmax accuracy")
+
+
+def softmax_row_sum(kernel: Kernel, x: np.ndarray, conv: Conventions) -> None:
+    """Each row sums to 1 within its bound (a wrong normaliser, a dropped or doubled tile)."""
+    y = kernel.softmax(x)
+    rows = regular_rows(x)
+    if not rows.any():
+        return
+    xs = x[rows]
+    total = y[rows].astype(np.float64).sum(axis=-1)
+    bound = rowsum_bound(xs, out_dtype=x.dtype, numerics=conv.numerics)
+    cmp = compare(total, np.ones_like(total), bound, out_dtype=np.float64)
+    if not cmp.ok:
+        row = int(np.flatnonzero(rows)[cmp.worst_index[0]])
+        raise PropertyFailure(
+            "row_sum",
+            f"softmax row sum: row {row} sums to {total[cmp.worst_index[0]]!r}, "
+            f"|sum - 1| = {abs(total[cmp.worst_index[0]] - 1):.3g} > allowed "
+            f"{cmp.worst_bound:.3g} ({cmp.n_failed} of {cmp.n_checked} rows)\n"
+            + _row_text(x[row]),
+            worst_row=row, bound_use=cmp.max_bound_use,
+        )
+
+
+def softmax_range(kernel: Kernel, x: np.ndarray, conv: Conventions) -> None:
+    """Outputs finite and in [0, 1] on regular rows (overflow, NaN from -inf - -inf, bad guards)."""
+    y = kernel.softmax(x).astype(np.float64)
+    rows = regular_rows(x)
+    bad = rows[:, None] & ~((y >= 0) & (y <= 1))  # NaN fails both comparisons
+    if bad.any():
+        r, c = (int(i) for i in np.argwhere(bad)[0])
+        raise PropertyFailure(
+            "range",
+            f"softmax range: y[{r}, {c}] = {y[r, c]!r} is not a finite value in [0, 1] "
+            f"({int(bad.sum())} such elements)\n" + _row_text(x[r], c),
+            worst_row=r,
+        )
+
+
+def softmax_masked_zero(kernel: Kernel, x: np.ndarray, conv: Conventions) -> None:
+    """A -inf input gives exactly 0 (bitwise) in rows that have a finite entry."""
+    y = kernel.softmax(x).astype(np.float64)
+    rows = regular_rows(x)
+    bad = rows[:, None] & np.isneginf(x.astype(np.float64)) & (y != 0)
+    if bad.any():
+        r, c = (int(i) for i in np.argwhere(bad)[0])
+        raise PropertyFailure(
+            "masked_zero",
+            f"softmax masked entry: x[{r}, {c}] = -inf but y[{r}, {c}] = {y[r, c]!r}, expected "
+            f"exactly 0 ({int(bad.sum())} such elements)\n" + _row_text(x[r], c),
+            worst_row=r,
+        )
+
+
+def softmax_fully_masked(kernel: Kernel, x: np.ndarray, conv: Conventions) -> None:
+    """A row of only -inf follows the declared convention (zeros, or NaN like torch.softmax)."""
+    x64 = x.astype(np.float64)
+    empty = np.isneginf(x64).all(axis=-1)
+    if not empty.any() or conv.fully_masked == "any":
+        return
+    y = kernel.softmax(x).astype(np.float64)
+    for r in np.flatnonzero(empty):
+        ok = np.all(y[r] == 0) if conv.fully_masked == "zeros" else np.all(np.isnan(y[r]))
+        if not ok:
+            want = "zeros" if conv.fully_masked == "zeros" else "NaN"
+            raise PropertyFailure(
+                "fully_masked",
+                f"softmax fully masked row {r} (all {x.shape[-1]} entries -inf): expected {want} "
+                f"(declared fully_masked={conv.fully_masked!r}), got {_short(y[r])}; declare "
+                f"fully_masked='nan' or 'any' if that is the kernel's convention",
+                worst_row=int(r),
+            )
+
+
+def _exact_shift(x: np.ndarray) -> float | None:
+    """A shift c such that x + c is exact in x's dtype for every entry, or None.
+
+    Exactness is checked twice: the float64 sum has no rounding error (Knuth's TwoSum gives
+    the error term exactly), and the sum is a value of x's dtype.
+    """
+    fmt = resolve(x.dtype)
+    x64 = x.astype(np.float64)
+    finite = np.isfinite(x64)
+    if not finite.any():
+        return None
+    xf = x64[finite]
+    top = float(np.max(np.abs(xf)))
+    base = 2.0 ** np.floor(np.log2(top)) if top > 0 else 1.0
+    with np.errstate(over="ignore", invalid="ignore"):
+        for c in (base, -base, 0.5 * base, 1.0, -1.0, 0.5, 2.0**-4):
+            s = xf + c
+            bv = s - xf  # TwoSum: s + err == xf + c exactly
+            err = (xf - (s - bv)) + (c - bv)
+            if np.all(np.isfinite(s)) and np.all(err == 0) and np.all(s.astype(fmt.numpy).astype(np.float64) == s):
+                return c
+    return None
+
+
+def softmax_shift_invariance(kernel: Kernel, x: np.ndarray, conv: Conventions) -> None:
+    """softmax(x + c) = softmax(x) within both bounds (a max taken wrongly, a shift forgotten)."""
+    rows = regular_rows(x)
+    xs = x[rows]
+    if xs.shape[0] == 0:
+        return
+    c = _exact_shift(xs)
+    if c is None:
+        return
+    shifted = (xs.astype(np.float64) + c).astype(x.dtype)
+    y0, y1 = kernel.softmax(xs), kernel.softmax(shifted)
+    b0 = softmax_bound(xs, out_dtype=x.dtype, numerics=conv.numerics)
+    b1 = softmax_bound(shifted, out_dtype=x.dtype, numerics=conv.numerics)
+    cmp = compare(y1, y0.astype(np.float64), relation_bound(b0, b1), out_dtype=x.dtype)
+    _fail_if(cmp, "shift_invariance", shifted, name=f"softmax(x + {c:g}) vs softmax(x)")
+
+
+def softmax_permutation(kernel: Kernel, x: np.ndarray, conv: Conventions) -> None:
+    """softmax(x[perm]) = softmax(x)[perm] within both bounds (position-dependent tiling bugs)."""
+    rows = regular_rows(x)
+    xs = x[rows]
+    if xs.shape[0] == 0 or xs.shape[-1] < 2:
+        return
+    perm = np.random.default_rng(xs.shape[-1]).permutation(xs.shape[-1])
+    xp = np.ascontiguousarray(xs[:, perm])
+    y0, y1 = kernel.softmax(xs), kernel.softmax(xp)
+    b = softmax_bound(xp, out_dtype=x.dtype, numerics=conv.numerics)  # laid out like y1
+    cmp = compare(y1, y0[:, perm].astype(np.float64), relation_bound(b, b), out_dtype=x.dtype)
+    _fail_if(cmp, "permutation", xs[:, perm], name="softmax(x[perm]) vs softmax(x)[perm]")
+
+
+def softmax_monotonic(kernel: Kernel, x: np.ndarray, conv: Conventions) -> None:
+    """x_i < x_j implies y_i <= y_j up to both bounds (a fast exp need not be ulp-monotone)."""
+    rows = regular_rows(x)
+    xs = x[rows]
+    if xs.shape[0] == 0:
+        return
+    y = kernel.softmax(xs).astype(np.float64)
+    allowed = softmax_bound(xs, out_dtype=x.dtype, numerics=conv.numerics).abs
+    x64 = xs.astype(np.float64)
+    order = np.argsort(x64, axis=-1, kind="stable")
+    xo = np.take_along_axis(x64, order, -1)
+    yo = np.take_along_axis(y, order, -1)
+    ao = np.take_along_axis(allowed, order, -1)
+    # along increasing x, y may only drop by the bound: compare with the running max of y
+    # over strictly smaller x (ties excluded by requiring x to increase).
+    run_max = np.maximum.accumulate(np.where(np.isfinite(yo), yo, -np.inf), axis=-1)
+    prev_max = np.concatenate([np.full((yo.shape[0], 1), -np.inf), run_max[:, :-1]], axis=-1)
+    prev_x = np.concatenate([np.full((xo.shape[0], 1), -np.inf), xo[:, :-1]], axis=-1)
+    strict = xo > prev_x
+    drop = np.where(strict, prev_max - yo, 0.0)
+    bad = drop > 2 * ao + 0.0
+    if bad.any():
+        r, j = (int(i) for i in np.argwhere(bad)[0])
+        row = int(np.flatnonzero(rows)[r])
+        raise PropertyFailure(
+            "monotonic",
+            f"softmax monotonicity: in row {row}, x = {xo[r, j]!r} gives y = {yo[r, j]!r}, "
+            f"below y = {prev_max[r, j]!r} of a smaller x by {drop[r, j]:.3g} > allowed "
+            f"{2 * ao[r, j]:.3g}\n" + _row_text(x[row]),
+            worst_row=row,
+        )
+
+
+def softmax_row_independence(kernel: Kernel, x: np.ndarray, conv: Conventions) -> None:
+    """A row's answer does not depend on the other rows (bitwise if batch-invariant is declared)."""
+    if x.shape[0] < 2:
+        return
+    y = kernel.softmax(x)
+    r = int(np.random.default_rng(x.shape[0] * 7 + x.shape[1]).integers(x.shape[0]))
+    alone = kernel.softmax(np.ascontiguousarray(x[r : r + 1]))
+    if conv.batch_invariant:
+        if not np.array_equal(alone.view(np.uint8), y[r : r + 1].view(np.uint8)):
+            diff = np.flatnonzero(alone[0].astype(np.float64) != y[r].astype(np.float64))
+            raise PropertyFailure(
+                "row_independence",
+                f"softmax batch invariance: row {r} alone differs bitwise from the same row in a "
+                f"batch of {x.shape[0]} at {diff.size} positions (first: column {diff[:1].tolist()}); "
+                "declared batch_invariant=True\n" + _row_text(x[r]),
+                worst_row=r,
+            )
+        return
+    if not regular_rows(x[r : r + 1])[0]:
+        return
+    b = softmax_bound(x[r : r + 1], out_dtype=x.dtype, numerics=conv.numerics)
+    cmp = compare(alone, y[r : r + 1].astype(np.float64), relation_bound(b, b), out_dtype=x.dtype)
+    _fail_if(cmp, "row_independence", x[r : r + 1], name=f"row {r} alone vs in the batch")
+
+
+def softmax_deterministic(kernel: Kernel, x: np.ndarray, conv: Conventions) -> None:
+    """The same call twice gives the same bits (races, atomics, uninitialised memory)."""
+    if not conv.deterministic:
+        return
+    y0, y1 = kernel.softmax(x), kernel.softmax(x)
+    if not np.array_equal(y0.view(np.uint8), y1.view(np.uint8)):
+        diff = np.argwhere(y0.view(_uint(y0)) != y1.view(_uint(y1)))
+        r, c = (int(i) for i in diff[0])
+        raise PropertyFailure(
+            "deterministic",
+            f"softmax determinism: two identical calls differ at {len(diff)} elements, first "
+            f"y[{r}, {c}] = {y0[r, c]!r} then {y1[r, c]!r}; declare deterministic=False if intended",
+            worst_row=r,
+        )
+
+
+def softmax_strided(kernel: Kernel, x: np.ndarray, conv: Conventions) -> None:
+    """A non-contiguous input works (same answer within the bound) or is refused clearly."""
+    from onlinesm.harness import KernelError
+
+    try:
+        ys = kernel.softmax(x, strided=True)
+    except KernelError as err:
+        if err.kind == "raised" and len(str(err.__cause__ or "").strip()) >= 10:
+            return  # refused with an explanation: allowed by the contract
+        raise
+    rows = regular_rows(x)
+    if not rows.any():
+        return
+    bound = softmax_bound(x[rows], out_dtype=x.dtype, numerics=conv.numerics)
+    cmp = compare(ys[rows], bound.exact, bound, out_dtype=x.dtype)
+    _fail_if(cmp, "strided", x[rows], name="softmax on a strided (non-contiguous) input")
+
+
+SOFTMAX_PROPERTIES: dict[str, Callable[[Kernel, np.ndarray, Conventions], None]] = {
+    "deterministic": softmax_deterministic,
+    "accuracy": softmax_accuracy,
+    "row_sum": softmax_row_sum,
+    "range": softmax_range,
+    "masked_zero": softmax_masked_zero,
+    "fully_masked": softmax_fully_masked,
+    "shift_invariance": softmax_shift_invariance,
+    "permutation": softmax_permutation,
+    "monotonic": softmax_monotonic,
+    "row_independence": softmax_row_independence,
+    "strided": softmax_strided,
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# Attention
+
+
+def _attention_exact(inp: AttentionInputs, conv: Conventions) -> tuple[Any, Any]:
+    return attention_bound(inp.q, inp.k, inp.v, mask=inp.mask, causal=inp.causal, scale=inp.scale,
+                           causal_align=conv.causal_align, out_dtype=inp.q.dtype,
+                           numerics=conv.numerics)
+
+
+def _attention_inputs_text(inp: AttentionInputs, conv: Conventions) -> dict[str, Any]:
+    return {"q": inp.q, "k": inp.k, "mask": inp.mask, "causal": inp.causal, "scale": inp.scale,
+            "causal_align": conv.causal_align}
+
+
+def _lse_natural(lse: np.ndarray, conv: Conventions) -> np.ndarray:
+    """The kernel's lse in natural-log units, with its empty-row convention mapped to -inf."""
+    out = lse.astype(np.float64)
+    if conv.lse_base == "2":
+        out = out * np.log(2.0)
+    if conv.empty_lse == np.inf:
+        out = np.where(np.isposinf(out), -np.inf, out)
+    return out
+
+
+def _visible_any(inp: AttentionInputs, conv: Conventions) -> np.ndarray:
+    b, h, sq, _ = inp.q.shape
+    vis = oracle.visible_keys((b, h, sq, inp.k.shape[2]), mask=inp.mask, causal=inp.causal,
+                              causal_align=conv.causal_align)
+    return vis.any(axis=-1)
+
+
+def attention_accuracy(kernel: Kernel, inp: AttentionInputs, conv: Conventions) -> None:
+    """o (and lse when returned) within the bound of the exact attention, on visible queries."""
+    o, lse = kernel.attention(inp)
+    ob, lb = _attention_exact(inp, conv)
+    rows = _visible_any(inp, conv)
+    o_sel = np.where(rows[..., None], o.astype(np.float64), ob.exact)
+    cmp = compare(o_sel, ob.exact, ob, out_dtype=inp.q.dtype)
+    _fail_if(cmp, "accuracy", _attention_inputs_text(inp, conv), name="attention o")
+    if lse is not None:
+        got = np.where(rows, _lse_natural(lse, conv), lb.exact)
+        cmp = compare(got, lb.exact, lb, out_dtype=np.float32)
+        _fail_if(cmp, "accuracy", _attention_inputs_text(inp, conv), name="attention lse")
+
+
+def attention_fully_masked(kernel: Kernel, inp: AttentionInputs, conv: Conventions) -> None:
+    """A query with no visible key follows the convention: zeros (lse -inf), or NaN."""
+    rows = ~_visible_any(inp, conv)
+    if not rows.any() or conv.fully_masked == "any":
+        return
+    o, lse = kernel.attention(inp)
+    o64 = o.astype(np.float64)
+    idx = np.argwhere(rows)
+    for b, h, i in idx:
+        ok = np.all(o64[b, h, i] == 0) if conv.fully_masked == "zeros" else np.all(np.isnan(o64[b, h, i]))
+        if ok and lse is not None and conv.fully_masked == "zeros":
+            ok = _lse_natural(lse, conv)[b, h, i] == -np.inf
+        if not ok:
+            got_lse = "" if lse is None else f", lse {float(lse[b, h, i])!r}"
+            want = "zeros and lse -inf" if conv.fully_masked == "zeros" else "NaN"
+            raise PropertyFailure(
+                "fully_masked",
+                f"attention fully masked query [b={b}, h={h}, i={i}] (no visible key): expected "
+                f"{want} (declared fully_masked={conv.fully_masked!r}, empty_lse={conv.empty_lse}), "
+                f"got o = {_short(o64[b, h, i])}{got_lse} ({len(idx)} such queries in "
+                f"q {list(inp.q.shape)}, k {list(inp.k.shape)})",
+            )
+
+
+def attention_masked_invisible(kernel: Kernel, inp: AttentionInputs, conv: Conventions) -> None:
+    """Masked keys are invisible: poisoning masked K/V with huge finite values changes nothing."""
+    if inp.mask is None:
+        return
+    fmt = resolve(inp.q.dtype)
+    hidden_all = ~np.broadcast_to(inp.mask, inp.q.shape[:2] + (inp.q.shape[2], inp.k.shape[2])).any(axis=(1, 2))
+    # keys hidden from every query of a batch (key padding): poison them in K and V
+    if not hidden_all.any():
+        return
+    poison = min(fmt.max / 4, 3.0e4 if fmt.name == "float16" else 1.0e30)
+    k, v = inp.k.copy(), inp.v.copy()
+    for b, j in np.argwhere(hidden_all):
+        k[b, :, j] = np.asarray(poison).astype(fmt.numpy)
+        v[b, :, j] = np.asarray(-poison).astype(fmt.numpy)
+    poisoned = dataclasses.replace(inp, k=k, v=v)
+    o, _ = kernel.attention(poisoned, want_lse=False)
+    ob, _ = _attention_exact(inp, conv)
+    rows = _visible_any(inp, conv)
+    o_sel = np.where(rows[..., None], o.astype(np.float64), ob.exact)
+    cmp = compare(o_sel, ob.exact, ob, out_dtype=inp.q.dtype)
+    _fail_if(cmp, "masked_invisible", _attention_inputs_text(poisoned, conv),
+             name=f"attention with masked K/V poisoned by ±{poison:g}")
+
+
+def attention_causal_mask(kernel: Kernel, inp: AttentionInputs, conv: Conventions) -> None:
+    """causal=True equals the explicit triangular mask of the declared alignment."""
+    if not inp.causal:
+        return
+    b, h, sq, _ = inp.q.shape
+    tri = oracle.visible_keys((1, 1, sq, inp.k.shape[2]), causal=True, causal_align=conv.causal_align)
+    mask = tri if inp.mask is None else (np.broadcast_to(inp.mask, (b, h, sq, inp.k.shape[2])) & tri)
+    explicit = dataclasses.replace(inp, causal=False, mask=np.ascontiguousarray(mask))
+    o1, _ = kernel.attention(inp, want_lse=False)
+    o2, _ = kernel.attention(explicit, want_lse=False)
+    ob, _ = _attention_exact(inp, conv)
+    rows = _visible_any(inp, conv)
+    o1 = np.where(rows[..., None], o1.astype(np.float64), 0.0)
+    o2 = np.where(rows[..., None], o2.astype(np.float64), 0.0)
+    cmp = compare(o1, o2, relation_bound(ob, ob), out_dtype=inp.q.dtype)
+    _fail_if(cmp, "causal_mask", _attention_inputs_text(inp, conv),
+             name=f"causal=True vs the explicit {conv.causal_align} mask")
+
+
+def attention_key_permutation(kernel: Kernel, inp: AttentionInputs, conv: Conventions) -> None:
+    """Permuting keys with their values and mask columns changes nothing beyond rounding."""
+    sk = inp.k.shape[2]
+    if sk < 2 or inp.causal:
+        return
+    perm = np.random.default_rng(sk).permutation(sk)
+    mask = None if inp.mask is None else np.ascontiguousarray(inp.mask[..., perm])
+    permuted = dataclasses.replace(inp, k=np.ascontiguousarray(inp.k[:, :, perm]),
+                                   v=np.ascontiguousarray(inp.v[:, :, perm]), mask=mask)
+    o1, _ = kernel.attention(inp, want_lse=False)
+    o2, _ = kernel.attention(permuted, want_lse=False)
+    ob, _ = _attention_exact(inp, conv)
+    rows = _visible_any(inp, conv)
+    o1 = np.where(rows[..., None], o1.astype(np.float64), 0.0)
+    o2 = np.where(rows[..., None], o2.astype(np.float64), 0.0)
+    cmp = compare(o2, o1, relation_bound(ob, ob), out_dtype=inp.q.dtype)
+    _fail_if(cmp, "key_permutation", _attention_inputs_text(permuted, conv),
+             name="attention with keys permuted vs original")
+
+
+def attention_split_merge(kernel: Kernel, inp: AttentionInputs, conv: Conventions) -> None:
+    """Two halves of the keys, merged through their (o, lse), give the whole (split-KV)."""
+    from onlinesm.reference import merge_states
+
+    sk = inp.k.shape[2]
+    if sk < 2 or inp.causal or not kernel.accepts_return_lse:
+        return
+    cut = sk // 2
+    halves = []
+    for sl in (slice(0, cut), slice(cut, sk)):
+        mask = None if inp.mask is None else np.ascontiguousarray(
+            np.broadcast_to(inp.mask, inp.mask.shape[:-1] + (sk,))[..., sl])
+        part = dataclasses.replace(inp, k=np.ascontiguousarray(inp.k[:, :, sl]),
+                                   v=np.ascontiguousarray(inp.v[:, :, sl]), mask=mask)
+        o, lse = kernel.attention(part)
+        if lse is None:
+            return
+        halves.append((o.astype(np.float64), _lse_natural(lse, conv)))
+    (o1, l1), (o2, l2) = halves
+    merged, _ = merge_states(o1, l1, o2, l2)
+    ob, _ = _attention_exact(inp, conv)
+    rows = _visible_any(inp, conv)
+    merged = np.where(rows[..., None], merged, ob.exact)
+    # each half is one rounded result; the merge adds a few float64 roundings: twice the bound
+    cmp = compare(merged, ob.exact, relation_bound(ob, ob), out_dtype=inp.q.dtype)
+    _fail_if(cmp, "split_merge", _attention_inputs_text(inp, conv),
+             name=f"keys split at {cut} of {sk} and merged vs exact")
+
+
+def attention_default_scale(kernel: Kernel, inp: AttentionInputs, conv: Conventions) -> None:
+    """scale=None means 1/sqrt(D): the same answer as passing that scale explicitly."""
+    if inp.scale is not None:
+        return
+    d = inp.q.shape[-1]
+    explicit = dataclasses.replace(inp, scale=float(1.0 / np.sqrt(d)))
+    o1, _ = kernel.attention(inp, want_lse=False)
+    o2, _ = kernel.attention(explicit, want_lse=False)
+    ob, _ = _attention_exact(inp, conv)
+    rows = _visible_any(inp, conv)
+    o1 = np.where(rows[..., None], o1.astype(np.float64), 0.0)
+    o2 = np.where(rows[..., None], o2.astype(np.float64), 0.0)
+    cmp = compare(o1, o2, relation_bound(ob, ob), out_dtype=inp.q.dtype)
+    _fail_if(cmp, "default_scale", _attention_inputs_text(inp, conv),
+             name=f"scale=None vs scale=1/sqrt({d})")
+
+
+def attention_deterministic(kernel: Kernel, inp: AttentionInputs, conv: Conventions) -> None:
+    """The same call twice gives the same bits."""
+    if not conv.deterministic:
+        return
+    (o1, l1), (o2, l2) = kernel.attention(inp), kernel.attention(inp)
+    same = np.array_equal(o1.view(np.uint8), o2.view(np.uint8)) and (
+        l1 is None or np.array_equal(l1.view(np.uint8), l2.view(np.uint8)))
+    if not same:
+        n = int((o1.view(_uint(o1)) != o2.view(_uint(o2))).sum())
+        raise PropertyFailure(
+            "deterministic",
+            f"attention determinism: two identical calls differ ({n} elements of o differ) on "
+            f"q {list(inp.q.shape)}, k {list(inp.k.shape)}; declare deterministic=False if intended",
+        )
+
+
+ATTENTION_PROPERTIES: dict[str, Callable[[Kernel, AttentionInputs, Conventions], None]] = {
+    "deterministic": attention_deterministic,
+    "accuracy": attention_accuracy,
+    "fully_masked": attention_fully_masked,
+    "masked_invisible": attention_masked_invisible,
+    "causal_mask": attention_causal_mask,
+    "key_permutation": attention_key_permutation,
+    "split_merge": attention_split_merge,
+    "default_scale": attention_default_scale,
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# Message helpers
+
+
+def _uint(a: np.ndarray) -> np.dtype:
+    return np.dtype(f"u{a.dtype.itemsize}")
+
+
+def _short(row: np.ndarray, k: int = 6) -> str:
+    vals = [repr(float(v)) for v in np.ravel(row)]
+    if len(vals) <= 2 * k:
+        return "[" + ", ".join(vals) + "]"
+    return "[" + ", ".join(vals[:k]) + f", ... ({len(vals) - 2 * k} more) ..., " + ", ".join(vals[-k:]) + "]"
+
+
+def _row_text(row: np.ndarray, focus: int | None = None) -> str:
+    from onlinesm.metrics import format_row
+
+    return "  input row: " + format_row(row, focus)

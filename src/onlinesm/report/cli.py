@@ -1,0 +1,245 @@
+"""``onlinesm report``: the numerics report of the built-in kernels, or of the user's TARGETs.
+
+What: :func:`add_parser` adds the ``report`` subcommand to ``onlinesm``'s parser and
+:func:`run` executes it: pick the device (the Triton interpreter on the CPU, chosen before any
+kernel is imported), load the kernels, run the grid (:mod:`onlinesm.report.collect`), write
+DIR atomically (:mod:`onlinesm.report.schema`). Exit codes: 0 every kernel x dtype passes,
+1 some fails, 2 usage error (a bad TARGET or option, an unwritable DIR, a kernel that fails on
+the simplest input), always as one line ``onlinesm: error: ...``.
+
+Examples::
+
+    onlinesm report --out reports/cpu                        # built-in kernels, a few minutes
+    onlinesm report mypkg.kernels:softmax --op softmax --fully-masked nan --out out/
+    onlinesm report --op attention --device cuda --thorough --html --out reports/h200
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from pathlib import Path
+from typing import Any
+
+__all__ = ["add_parser", "run"]
+
+
+def _csv(text: str) -> list[str]:
+    return [t.strip() for t in text.split(",") if t.strip()]
+
+
+def _ints(text: str) -> list[int]:
+    try:
+        return [int(t) for t in _csv(text)]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of integers, "
+                                         "e.g. 16,65,1025") from None
+
+
+def _exp_class(text: str) -> Any:
+    try:
+        return float(text)
+    except ValueError:
+        return text
+
+
+def add_parser(subparsers: Any) -> None:
+    """Add ``report`` to ``onlinesm``'s subcommands."""
+    p = subparsers.add_parser(
+        "report", help="write a numerics report (tables, plots, JSON) of kernels",
+        description="Run kernels over every strategy family x dtype and write index.md, "
+                    "summary.json and PNG plots to DIR. No TARGET: the built-in kernels.")
+    p.add_argument("targets", nargs="*", metavar="TARGET",
+                   help="package.module:function or path/to/file.py:function (needs --op)")
+    p.add_argument("--op", choices=["softmax", "attention"],
+                   help="the op of the TARGETs; without TARGET, only this op's built-ins")
+    p.add_argument("--out", default="onlinesm-report", metavar="DIR",
+                   help="the report folder, replaced atomically [onlinesm-report]")
+    p.add_argument("--device", choices=["cpu", "cuda"], help="default: cuda when available")
+    p.add_argument("--dtypes", type=_csv, default=["float32", "bfloat16", "float16"])
+    p.add_argument("--seeds", type=int, help="seeds per case [2; --thorough 6]")
+    p.add_argument("--seed", type=int, default=0, help="base seed [0]")
+    p.add_argument("--thorough", action="store_true",
+                   help="more seeds, lengths (up to 65536) and sequence lengths")
+    p.add_argument("--lengths", type=_ints, help="softmax row lengths, e.g. 16,65,1025")
+    p.add_argument("--seqs", type=_ints, help="attention key lengths, e.g. 16,80,256")
+    p.add_argument("--rows", type=int, default=4, help="rows per softmax case [4]")
+    p.add_argument("--families", type=_csv, help="only these softmax families")
+    p.add_argument("--attention-families", type=_csv, help="only these attention families")
+    p.add_argument("--head-dim", type=int, default=64)
+    p.add_argument("--heads", type=int, default=2)
+    p.add_argument("--html", action="store_true", help="also write a self-contained index.html")
+    p.add_argument("--no-triton", action="store_true", help="leave the Triton built-ins out")
+    p.add_argument("--no-fa3", action="store_true", help="skip FlashAttention-3's error table")
+    p.add_argument("--no-plots", action="store_true")
+    p.add_argument("--fa3-seq", type=int, help="sequence length of the FA3 table [cpu 128, cuda 2048]")
+    # the conventions a TARGET declares, as for `onlinesm check`
+    p.add_argument("--backend", choices=["torch", "numpy"], help="what the TARGET takes [torch]")
+    p.add_argument("--fully-masked", choices=["zeros", "nan", "any"], default="zeros")
+    p.add_argument("--causal-align", choices=["top-left", "bottom-right"], default="top-left")
+    p.add_argument("--lse-base", choices=["e", "2"], default="e")
+    p.add_argument("--empty-lse", choices=["-inf", "inf"], default="-inf")
+    p.add_argument("--accumulate", default="float32", help="the TARGET's accumulation dtype [float32]")
+    p.add_argument("--exp", type=_exp_class, default="fast",
+                   help="exp accuracy class: fast (tl.exp), exp2, accurate, exact, or ulps [fast]")
+    p.add_argument("--allow-tf32", action="store_true")
+    p.add_argument("--p-dtype", default="input",
+                   help="attention: dtype P is rounded to before P·V, 'input' or 'none' [input]")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+
+
+def _error(message: str) -> int:
+    print(f"onlinesm: error: {message}", file=sys.stderr)
+    return 2
+
+
+def _settings(args: argparse.Namespace, device: str) -> Any:
+    from onlinesm.dtypes import resolve
+    from onlinesm.report.collect import THOROUGH_LENGTHS, THOROUGH_SEQS, Settings
+    from onlinesm.strategies import ATTENTION_FAMILIES, SOFTMAX_FAMILIES
+
+    dtypes = tuple(resolve(d).name for d in args.dtypes)
+    if not dtypes:
+        raise ValueError("--dtypes is empty; give at least one of float32,bfloat16,float16")
+    for fam in args.families or []:
+        if fam not in SOFTMAX_FAMILIES:
+            raise ValueError(f"--families {fam!r} is not a softmax family; choose from "
+                             f"{', '.join(SOFTMAX_FAMILIES)}")
+    for fam in args.attention_families or []:
+        if fam not in ATTENTION_FAMILIES:
+            raise ValueError(f"--attention-families {fam!r} is not an attention family; choose "
+                             f"from {', '.join(ATTENTION_FAMILIES)}")
+    seeds = args.seeds if args.seeds is not None else (6 if args.thorough else 2)
+    for name, value in (("--seeds", seeds), ("--rows", args.rows), ("--heads", args.heads),
+                        ("--head-dim", args.head_dim)):
+        if value < 1:
+            raise ValueError(f"{name}={value} must be at least 1")
+    kw: dict[str, Any] = dict(dtypes=dtypes, seeds=seeds, seed=args.seed, rows=args.rows,
+                              families=tuple(args.families) if args.families else None,
+                              attention_families=(tuple(args.attention_families)
+                                                  if args.attention_families else None),
+                              heads=args.heads, head_dim=args.head_dim, device=device,
+                              fa3=not args.no_fa3)
+    if args.thorough:
+        kw.update(lengths=THOROUGH_LENGTHS, seqs=THOROUGH_SEQS, fa3_seeds=3)
+    if args.lengths:
+        if min(args.lengths) < 1:
+            raise ValueError(f"--lengths {args.lengths} must all be >= 1")
+        kw["lengths"] = tuple(args.lengths)
+    if args.seqs:
+        if min(args.seqs) < 1:
+            raise ValueError(f"--seqs {args.seqs} must all be >= 1")
+        kw["seqs"] = tuple(args.seqs)
+    seq = args.fa3_seq or (128 if device == "cpu" else 2048)
+    kw["fa3_shape"] = (1, 2, seq, 64) if device == "cpu" else (1, 8, seq, 128)
+    return Settings(**kw)
+
+
+def _user_kernels(args: argparse.Namespace) -> list[Any]:
+    from onlinesm.properties import Conventions
+    from onlinesm.report.builtin import user_kernel
+    from onlinesm.targets import load_target
+    from onlinesm.tolerance import Numerics
+
+    from onlinesm.dtypes import resolve
+
+    p_dtype = None if args.p_dtype == "none" else args.p_dtype
+    p_input = p_dtype == "input" and args.op == "attention"
+    if p_dtype is not None and p_dtype != "input":
+        p_dtype = resolve(p_dtype).name
+    num = Numerics(accumulate=resolve(args.accumulate).name, exp=args.exp,
+                   allow_tf32=args.allow_tf32,
+                   p_dtype=p_dtype if (args.op == "attention" and not p_input) else None)
+    num.exp_model()  # a clear error for a bad exp class, now rather than mid-run
+    conv = Conventions(fully_masked=args.fully_masked, causal_align=args.causal_align,
+                       lse_base=args.lse_base, empty_lse=float(args.empty_lse), numerics=num)
+    return [user_kernel(t, load_target(t), args.op, conv, backend=args.backend, p_input=p_input)
+            for t in args.targets]
+
+
+def _smoke(rk: Any, device: str) -> None:
+    """Call a user kernel on the simplest input; ValueError when nothing could be tested."""
+    import numpy as np
+
+    from onlinesm.harness import AttentionInputs, Kernel, KernelError
+
+    kernel = Kernel(rk.fn, op=rk.op, backend=rk.backend, device=device, name=rk.name)
+    try:
+        if rk.op == "softmax":
+            kernel.softmax(np.array([[0.0, 1.0, 2.0, 3.0]], np.float32))
+        else:
+            rng = np.random.default_rng(0)
+            q, k, v = (rng.standard_normal((1, 1, 4, 16)).astype(np.float32) for _ in range(3))
+            kernel.attention(AttentionInputs(q, k, v))
+    except KernelError as err:
+        raise ValueError(f"nothing could be tested: {err}") from None
+
+
+def _select_device(requested: str | None) -> str:
+    from onlinesm.cli import _device
+
+    device = _device(requested)
+    if device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ValueError("--device cuda but torch sees no CUDA device; use --device cpu")
+    try:
+        from onlinesm import kernels
+
+        kernels.use_interpreter(device == "cpu")
+    except ImportError:
+        pass
+    return device
+
+
+def run(args: argparse.Namespace) -> int:
+    """Execute ``onlinesm report``; returns the exit code (0 pass, 1 a kernel fails, 2 usage)."""
+    from onlinesm.report.builtin import builtin_kernels
+    from onlinesm.report.collect import Progress, collect
+    from onlinesm.report.markdown import verdict_table
+    from onlinesm.report.schema import atomic_directory, ensure_writable, write_report
+    from onlinesm.targets import TargetError
+
+    if args.targets and args.op is None:
+        return _error(f"TARGET {args.targets[0]!r} needs --op softmax or --op attention")
+    out = Path(args.out)
+    try:
+        ensure_writable(out)
+    except OSError as err:
+        return _error(f"cannot write the report to {out}: {err.strerror or err}; choose another --out DIR")
+    try:
+        device = _select_device(args.device)
+        settings = _settings(args, device)
+        if args.targets:
+            kernels = _user_kernels(args)
+            for rk in kernels:
+                _smoke(rk, device)
+        else:
+            ops = [args.op] if args.op else ["softmax", "attention"]
+            kernels = [k for op in ops for k in builtin_kernels(
+                op, device=device, include_triton=not args.no_triton,
+                interpreted_max_seq=80)]
+    except (TargetError, ValueError, RuntimeError) as err:
+        return _error(str(err).splitlines()[0] if str(err) else type(err).__name__)
+    sm = [k for k in kernels if k.op == "softmax"]
+    at = [k for k in kernels if k.op == "attention"]
+    command = "onlinesm report " + " ".join(shlex.quote(a) for a in (args.argv or [])) \
+        if getattr(args, "argv", None) else None
+    progress = Progress(0, quiet=args.quiet)
+    try:
+        with atomic_directory(out) as tmp:
+            coll = collect(sm, at, settings, progress=progress,
+                           counterexample_dir=tmp / "counterexamples", replay_dir=str(out))
+            progress.say("writing the report" + ("" if args.no_plots else " and its plots"))
+            write_report(coll, tmp, html=args.html, plots=not args.no_plots, command=command)
+    except OSError as err:
+        return _error(f"cannot write the report to {out}: {err}")
+    from onlinesm.report.schema import report_summary
+
+    doc = report_summary(coll)
+    print("\n".join(verdict_table(doc)))
+    print(f"\n{'PASSED' if coll.passed else 'FAILED'}: report written to {out / 'index.md'} "
+          f"({coll.seconds:.0f} s)")
+    return 0 if coll.passed else 1

@@ -1,0 +1,53 @@
+"""Loading a kernel named on the command line: ``package.module:function`` or ``file.py:function``."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+__all__ = ["load_target", "TargetError"]
+
+
+class TargetError(ValueError):
+    """The target could not be loaded; the message says why and how to write it."""
+
+
+def load_target(target: str) -> Callable[..., Any]:
+    """The callable named by ``target``.
+
+    >>> load_target("onlinesm.reference:softmax_offline").__name__
+    'softmax_offline'
+    """
+    module_part, sep, attr = target.rpartition(":")
+    if not sep or not module_part or not attr:
+        raise TargetError(f"target {target!r} must look like package.module:function or path/to/file.py:function")
+    try:
+        if module_part.endswith(".py") or "/" in module_part:
+            path = Path(module_part)
+            if not path.is_file():
+                raise TargetError(f"target {target!r}: no file {path}")
+            name = f"onlinesm_target_{path.stem}"
+            spec = importlib.util.spec_from_file_location(name, path)
+            assert spec is not None and spec.loader is not None
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[name] = module
+            sys.path.insert(0, str(path.resolve().parent))
+            spec.loader.exec_module(module)
+        else:
+            module = importlib.import_module(module_part)
+    except TargetError:
+        raise
+    except Exception as err:  # noqa: BLE001 - any import error is the user's to see, in one line
+        raise TargetError(f"target {target!r}: importing {module_part} failed: "
+                          f"{type(err).__name__}: {err}") from None
+    obj: Any = module
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise TargetError(f"target {target!r}: {module_part} has no attribute {attr!r}")
+        obj = getattr(obj, part)
+    if not callable(obj):
+        raise TargetError(f"target {target!r}: {attr} is a {type(obj).__name__}, not a function")
+    return obj

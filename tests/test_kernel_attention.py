@@ -1,0 +1,296 @@
+"""Tests of the Triton attention kernel against the exact (float64) oracle.
+
+Without CUDA the kernel runs under Triton's CPU interpreter (tiny shapes: the interpreter is
+numpy, one program at a time). Its tile config is 16 x 16 (``INTERPRET_CONFIG``), so shapes
+of 20..60 keys already cross several KV tiles, a ragged tail and the causal diagonal.
+
+Tolerances come from the kernel's error model (module docstring of the kernel): with
+``w_j`` the exact softmax weights, ``A = sum_j w_j |v_j|`` (>= |o|), u the input dtype's unit
+roundoff and u32 float32's:
+
+* output rounding to the input dtype: ``u * |o|``;
+* P rounded to the input dtype before P @ V (``P_DTYPE = "input"``): each weight off by at most
+  a relative u in the numerator only, so ``u * A`` (0 for fp32, where P is not rounded), plus
+  an absolute half-subnormal per key for P that underflow (fp16);
+* float32 work: scores from a D-term dot (``gamma_D * scale * sum_d |q_d k_d|``), the scale and
+  max subtraction, exp2 (a few ulp), and the Sk-term sums of d and o; each is a relative error
+  of the weights, entering numerator and denominator: ``2 * eps32 * A`` with
+  ``eps32 = u32 * (2 (D + 4) * S_abs + Sk + 8)``, S_abs the row's largest |score| bound.
+
+lse is computed from float32 alone: ``|dlse| <= eps32 + u32 |lse|``. The bound is first-order;
+a 1 % slack covers the neglected second-order terms.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import sys
+from typing import Any
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+if importlib.util.find_spec("triton") is None:  # not importorskip: triton must not load yet
+    pytest.skip("needs triton", allow_module_level=True)
+
+from onlinesm import kernels, oracle  # noqa: E402
+from onlinesm.dtypes import resolve, to_numpy  # noqa: E402
+
+# Interpreter iff there is no CUDA device. This must run before triton is first imported:
+# Triton decides at decoration time (its own tl.* helpers included) whether to interpret.
+INTERPRET = kernels.use_interpreter(None)
+from onlinesm.kernels import attention as attention_module  # noqa: E402  (the function)
+from onlinesm.kernels.attention import attention  # noqa: E402
+
+DEVICE = "cpu" if INTERPRET else "cuda"
+
+
+@pytest.fixture(autouse=True)
+def _pin_tiles(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Compiled path: one tile config instead of autotuning every new shape (few compiles).
+    64 x 32, 2 stages fits every head dim up to 256 in fp32. The interpreter ignores it."""
+    monkeypatch.setenv("ONLINESM_ATTENTION_CONFIG", "64,32,2,4")
+DTYPES = [torch.float32, torch.bfloat16, torch.float16]
+U32 = 2.0**-24
+
+
+def _inputs(
+    shape_q: tuple[int, int, int, int],
+    shape_kv: tuple[int, int, int, int],
+    dtype: Any,
+    *,
+    seed: int = 0,
+    q_scale: float = 1.0,
+) -> tuple[Any, Any, Any]:
+    g = torch.Generator().manual_seed(seed)
+    q = (torch.randn(shape_q, generator=g) * q_scale).to(dtype).to(DEVICE)
+    k = torch.randn(shape_kv, generator=g).to(dtype).to(DEVICE)
+    v = torch.randn(shape_kv, generator=g).to(dtype).to(DEVICE)
+    return q, k, v
+
+
+def _bounds(q: Any, k: Any, v: Any, dtype: Any, scale: float | None = None, **kw: Any):
+    """Exact (o, lse) from the oracle, and the allowed |error| of o and lse (see module doc)."""
+    qn, kn, vn = (to_numpy(t).astype(np.float64) for t in (q, k, v))
+    mask = kw.pop("mask", None)
+    mask_n = None if mask is None else to_numpy(mask)
+    o_ref, lse_ref = oracle.attention(qn, kn, vn, mask=mask_n, scale=scale, **kw)
+    a_ref, _ = oracle.attention(qn, kn, np.abs(vn), mask=mask_n, scale=scale, **kw)
+    B, H, Sq, D = qn.shape
+    Sk = kn.shape[2]
+    sc = 1.0 / math.sqrt(D) if scale is None else abs(scale)
+    kx = np.repeat(np.abs(kn), H // kn.shape[1], axis=1)
+    s_abs = (sc * np.abs(qn) @ kx.transpose(0, 1, 3, 2)).max(-1)  # [B, H, Sq]
+    eps32 = U32 * (2 * (D + 4) * s_abs + Sk + 8)
+    fmt = resolve(str(dtype).removeprefix("torch."))
+    u_p = 0.0 if fmt.name == "float32" else fmt.u
+    underflow = 0.5 * fmt.smallest_subnormal * Sk * np.abs(vn).max()
+    o_tol = fmt.u * np.abs(o_ref) + (u_p + 2 * eps32[..., None]) * a_ref
+    o_tol = 1.01 * (o_tol + underflow) + fmt.smallest_subnormal
+    lse_tol = 1.01 * (eps32 + U32 * np.abs(np.where(np.isfinite(lse_ref), lse_ref, 0)))
+    return o_ref, lse_ref, o_tol, lse_tol
+
+
+def _check(o: Any, lse: Any, o_ref, lse_ref, o_tol, lse_tol) -> None:
+    o_n = to_numpy(o).astype(np.float64)
+    lse_n = to_numpy(lse).astype(np.float64)
+    assert np.isfinite(o_n).all(), "kernel returned NaN/inf in o"
+    err = np.abs(o_n - o_ref)
+    worst = np.unravel_index(np.argmax(err - o_tol), err.shape)
+    assert (err <= o_tol).all(), (
+        f"o off at {worst}: got {o_n[worst]!r}, want {o_ref[worst]!r}, "
+        f"error {err[worst]:.3g} > bound {o_tol[worst]:.3g}"
+    )
+    empty = np.isneginf(lse_ref)
+    assert (lse_n[empty] == -np.inf).all(), "fully masked rows must give lse = -inf"
+    assert (o_n[empty] == 0).all(), "fully masked rows must give o = 0 exactly"
+    lerr = np.abs(lse_n[~empty] - lse_ref[~empty])
+    assert (lerr <= lse_tol[~empty]).all(), f"lse error {lerr.max():.3g} over its bound"
+
+
+# D, Sq, Sk, causal, causal_align, Hkv: ragged lengths, non-power-of-two D, GQA.
+CASES = [
+    (16, 20, 33, False, "top-left", 2),
+    (40, 21, 37, True, "top-left", 1),
+    (64, 19, 45, True, "bottom-right", 2),
+]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).removeprefix("torch."))
+@pytest.mark.parametrize(
+    "case", CASES, ids=lambda c: f"D{c[0]}-{c[1]}x{c[2]}-{c[4] if c[3] else 'full'}"
+)
+def test_matches_oracle(dtype: Any, case: tuple) -> None:
+    D, Sq, Sk, causal, align, hkv = case
+    q, k, v = _inputs((1, 2, Sq, D), (1, hkv, Sk, D), dtype, seed=D)
+    o, lse = attention(q, k, v, causal=causal, causal_align=align, return_lse=True)
+    assert o.dtype == dtype and o.shape == q.shape and lse.dtype == torch.float32
+    _check(o, lse, *_bounds(q, k, v, dtype, causal=causal, causal_align=align))
+
+
+def test_bottom_right_more_queries_than_keys_gives_empty_rows() -> None:
+    # Sq > Sk bottom-right: queries i < Sq - Sk see no key at all.
+    q, k, v = _inputs((1, 1, 40, 16), (1, 1, 24, 16), torch.float16, seed=1)
+    o, lse = attention(q, k, v, causal=True, causal_align="bottom-right", return_lse=True)
+    ref = _bounds(q, k, v, torch.float16, causal=True, causal_align="bottom-right")
+    assert np.isneginf(ref[1][0, 0, :16]).all() and np.isfinite(ref[1][0, 0, 16:]).all()
+    _check(o, lse, *ref)
+
+
+def test_key_padding_with_fully_masked_queries() -> None:
+    # Batch 0 pads its last keys; batch 1 masks every key: all its queries are empty.
+    dtype = torch.bfloat16
+    q, k, v = _inputs((2, 2, 18, 32), (2, 2, 35, 32), dtype, seed=2)
+    mask = torch.ones(2, 1, 1, 35, dtype=torch.bool)
+    mask[0, ..., 29:] = False
+    mask[1] = False
+    mask = mask.to(DEVICE)
+    o, lse = attention(q, k, v, mask=mask, return_lse=True)
+    ref = _bounds(q, k, v, dtype, mask=mask)
+    assert np.isneginf(ref[1][1]).all()
+    _check(o, lse, *ref)
+
+
+def test_masked_leading_tile_and_row_mask_under_causal() -> None:
+    # The first 20 keys (more than one 16-key tile) are masked for every query, and a full
+    # [Sq, Sk] mask empties two query rows: under top-left causal, queries 0..19 see nothing.
+    dtype = torch.float32
+    q, k, v = _inputs((1, 2, 30, 24), (1, 2, 41, 24), dtype, seed=3)
+    mask = torch.ones(30, 41, dtype=torch.bool)
+    mask[:, :20] = False
+    mask[25] = False
+    mask[27, 21:] = False
+    mask = mask.to(DEVICE)
+    o, lse = attention(q, k, v, mask=mask, causal=True, return_lse=True)
+    ref = _bounds(q, k, v, dtype, mask=mask, causal=True)
+    assert np.isneginf(ref[1][0, 0, [0, 19, 25]]).all()
+    _check(o, lse, *ref)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bfloat16", "float16"])
+def test_huge_logits(dtype: Any) -> None:
+    # Scores of size ~1e3..1e4: exp of them overflows anything without the running max.
+    q, k, v = _inputs((1, 1, 17, 16), (1, 1, 37, 16), dtype, seed=4, q_scale=300.0)
+    o, lse = attention(q, k, v, return_lse=True)
+    ref = _bounds(q, k, v, dtype)
+    assert np.abs(ref[1]).max() > 100
+    _check(o, lse, *ref)
+
+
+def test_scale_and_strided_inputs() -> None:
+    # [B, S, H, D] memory viewed as [B, H, S, D] (no copy), a negative explicit scale.
+    dtype = torch.float32
+    g = torch.Generator().manual_seed(5)
+    q = torch.randn(1, 22, 2, 16, generator=g).to(DEVICE).transpose(1, 2)
+    k = torch.randn(1, 26, 2, 16, generator=g).to(DEVICE).transpose(1, 2)
+    v = torch.randn(1, 26, 2, 16, generator=g).to(DEVICE).transpose(1, 2)
+    o, lse = attention(q, k, v, scale=-0.3, return_lse=True)
+    _check(o, lse, *_bounds(q, k, v, dtype, scale=-0.3))
+
+
+def test_return_lse_false_gives_tensor() -> None:
+    q, k, v = _inputs((1, 1, 5, 16), (1, 1, 7, 16), torch.float16)
+    o = attention(q, k, v)
+    assert isinstance(o, torch.Tensor) and o.shape == (1, 1, 5, 16) and o.dtype == torch.float16
+
+
+def test_declared_numerics() -> None:
+    assert attention_module is attention
+    from onlinesm.kernels import attention as mod_fn  # the lazy hook returns the function
+
+    assert mod_fn is attention
+    mod = sys.modules["onlinesm.kernels.attention"]  # the attribute is the function
+
+    assert (mod.EXP, mod.P_DTYPE, mod.ACCUMULATE, mod.LSE_BASE) == ("fast", "input", "float32", "e")
+    assert mod.INTERPRETED == INTERPRET
+
+
+def _t(*shape: int, dtype: Any = torch.float16) -> Any:
+    return torch.zeros(shape, dtype=dtype, device=DEVICE)
+
+
+BAD = [
+    (lambda: attention(_t(1, 1, 4, 16, dtype=torch.float64), _t(1, 1, 4, 16), _t(1, 1, 4, 16)),
+     TypeError, "q.dtype=torch.float64"),
+    (lambda: attention(_t(1, 1, 4, 16), _t(1, 1, 4, 16, dtype=torch.bfloat16), _t(1, 1, 4, 16)),
+     TypeError, "mismatched dtypes"),
+    (lambda: attention(_t(1, 4, 16), _t(1, 1, 4, 16), _t(1, 1, 4, 16)), ValueError, "has 3 dims"),
+    (lambda: attention(_t(1, 1, 4, 8), _t(1, 1, 4, 8), _t(1, 1, 4, 8)), ValueError, "D=8"),
+    (lambda: attention(_t(1, 1, 4, 300), _t(1, 1, 4, 300), _t(1, 1, 4, 300)), ValueError, "D=300"),
+    (lambda: attention(_t(1, 3, 4, 16), _t(1, 2, 4, 16), _t(1, 2, 4, 16)), ValueError, "Hkv=2"),
+    (lambda: attention(_t(1, 1, 4, 16), _t(1, 1, 4, 32), _t(1, 1, 4, 32)), ValueError, "head dim"),
+    (lambda: attention(_t(1, 1, 4, 16), _t(1, 1, 5, 16), _t(1, 1, 4, 16)), ValueError, "k.shape"),
+    (lambda: attention(_t(1, 1, 4, 16), _t(1, 1, 4, 16), _t(1, 1, 4, 16), causal=True,
+                       causal_align="center"), ValueError, "causal_align='center'"),
+    (lambda: attention(_t(1, 1, 4, 16), _t(1, 1, 4, 16), _t(1, 1, 4, 16),
+                       mask=torch.ones(4, 4, device=DEVICE)), TypeError, "torch.bool"),
+    (lambda: attention(_t(1, 1, 4, 16), _t(1, 1, 4, 16), _t(1, 1, 4, 16),
+                       mask=torch.ones(3, 4, dtype=torch.bool, device=DEVICE)), ValueError,
+     "does not broadcast"),
+    (lambda: attention([1.0], _t(1, 1, 4, 16), _t(1, 1, 4, 16)), TypeError, "torch.Tensor"),
+]
+
+
+@pytest.mark.parametrize("call,exc,text", BAD, ids=[b[2] for b in BAD])
+def test_clear_errors(call: Any, exc: type, text: str) -> None:
+    with pytest.raises(exc, match=text.replace("(", r"\(").replace("[", r"\[")):
+        call()
+
+
+@pytest.mark.skipif(not INTERPRET, reason="only the compiled kernel refuses CPU tensors")
+def test_interpreter_mode_is_fixed_at_import() -> None:
+    with pytest.raises(RuntimeError, match="already"):
+        kernels.use_interpreter(False)
+
+
+# ---------------------------------------------------------------------------------------------
+# GPU: the compiled kernel on real sizes (autotuned tiles, tensor cores, the unmasked hot loop).
+# ---------------------------------------------------------------------------------------------
+
+GPU_CASES = [
+    # B, H, Hkv, Sq, Sk, D, causal, align, mask
+    (2, 4, 4, 1000, 1000, 128, False, "top-left", False),
+    (2, 4, 4, 1024, 1024, 64, True, "top-left", False),
+    (1, 8, 2, 333, 1031, 96, True, "bottom-right", False),
+    (1, 4, 4, 700, 513, 256, True, "bottom-right", False),
+    (2, 4, 1, 257, 900, 40, False, "top-left", True),
+    (1, 2, 2, 512, 512, 16, True, "top-left", True),
+]
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).removeprefix("torch."))
+@pytest.mark.parametrize("case", GPU_CASES, ids=lambda c: f"{c[3]}x{c[4]}xD{c[5]}")
+def test_gpu_matches_oracle(dtype: Any, case: tuple) -> None:
+    _gpu_case(dtype, case)
+
+
+@pytest.mark.gpu
+@pytest.mark.slow  # one compile per candidate: ~1 min on the H200 machine
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bfloat16", "float16"])
+def test_gpu_every_tile_config(dtype: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Each autotuning candidate must be right on its own: ragged, causal bottom-right, masked.
+    mod = sys.modules["onlinesm.kernels.attention"]
+    for bm, bn, stages, warps in mod._CONFIGS:
+        if not mod._fits(bm, bn, stages, 128, dtype.itemsize):
+            continue  # the autotuner prunes it too (shared memory / registers)
+        monkeypatch.setenv("ONLINESM_ATTENTION_CONFIG", f"{bm},{bn},{stages},{warps}")
+        _gpu_case(dtype, (1, 4, 2, 301, 517, 128, True, "bottom-right", False))
+
+
+def _gpu_case(dtype: Any, case: tuple) -> None:
+    B, H, Hkv, Sq, Sk, D, causal, align, use_mask = case
+    q, k, v = _inputs((B, H, Sq, D), (B, Hkv, Sk, D), dtype, seed=Sq + D)
+    mask = None
+    if use_mask:
+        g = torch.Generator().manual_seed(7)
+        mask = torch.rand(B, 1, Sq, Sk, generator=g) > 0.5
+        mask[:, :, :, :200] = False  # several masked leading tiles
+        mask[:, :, 3] = False  # one empty query row
+        mask = mask.to(DEVICE)
+    o, lse = attention(q, k, v, mask=mask, causal=causal, causal_align=align, return_lse=True)
+    _check(o, lse, *_bounds(q, k, v, dtype, mask=mask, causal=causal, causal_align=align))
+    o2, lse2 = attention(q, k, v, mask=mask, causal=causal, causal_align=align, return_lse=True)
+    assert torch.equal(o, o2) and torch.equal(lse, lse2), "not deterministic"

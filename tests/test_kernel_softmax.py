@@ -1,0 +1,334 @@
+"""onlinesm.kernels.softmax against the exact (float64) softmax, on the rows that break kernels.
+
+Without CUDA the kernels run under Triton's interpreter on CPU tensors (small shapes, fast);
+with CUDA they run compiled, and the ``gpu`` tests add long rows and the split path.
+
+The tolerance is derived, not tuned (see :func:`allowed`): per element,
+
+    |y - y_exact| <= u_out * |y_exact| + u32 * B_i * |y_exact| + abs_floor,
+    B_i = 3 |x_i - m| + c_exp            exp(x_i - m): rounding of x - m, of log2(e) and of the
+                                         product (3 |x - m| u), plus exp2's own error (c_exp ulp)
+        + (2 + 6/e) n + 2 c_exp          d: two roundings per element in the (m, d) recurrence,
+                                         and each term's exp / rescale errors 6 (m - x_j) u
+                                         weighted by its share e_j / d <= exp(-(m - x_j)) -- at
+                                         most 6/e per term since t e^-t <= 1/e
+        + 2                              1 / d and the product e * (1 / d)
+    abs_floor = 2**-126 + out's smallest subnormal   (fp32 underflow, possibly flushed, and the
+                                                      output's subnormal rounding)
+
+c_exp is 1 ulp under the interpreter (numpy's exp2) and 3 on the GPU (ex2.approx, measured at
+2.05 ulp on the H200, DESIGN.md section 6). Elements whose input is -inf must be exactly 0.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+if importlib.util.find_spec("triton") is None:  # no import: the mode must be chosen first
+    pytest.skip("needs triton", allow_module_level=True)
+
+from onlinesm import dtypes, kernels, oracle  # noqa: E402
+
+INTERPRETED = kernels.use_interpreter(None if torch.cuda.is_available() else True)
+from onlinesm.kernels import softmax  # noqa: E402  (after the mode is chosen)
+
+# The module itself (``import onlinesm.kernels.softmax as sm`` would give the function, which
+# the package binds under the same name).
+sm = importlib.import_module("onlinesm.kernels.softmax")
+
+DEVICE = "cpu" if INTERPRETED else "cuda"
+DTYPES = [torch.float32, torch.bfloat16, torch.float16]
+U32 = dtypes.resolve("float32").u
+C_EXP = 1.0 if INTERPRETED else 3.0
+# Small on-chip limit and tile so that both paths, and their tile boundaries, are reached with
+# rows of a few hundred elements under the interpreter.
+TILE = 64
+SMALL = dict(max_on_chip=256, tile=TILE)
+PATHS = ["on_chip", "stream"] if INTERPRETED else ["on_chip", "stream", "split"]
+NEG_INF = float("-inf")
+
+gpu = pytest.mark.gpu
+requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+def run(x: torch.Tensor, path: str = "auto", **kw) -> torch.Tensor:
+    """Call the kernel on a given path with the small test tile."""
+    opts = {**SMALL, **kw}
+    if path == "split":
+        opts["tile"] = kw.get("tile", 32)  # several chunks per row even for short test rows
+    return softmax(x, path=path, **opts)
+
+
+def allowed(x64: np.ndarray, y_exact: np.ndarray, out_dtype: torch.dtype) -> np.ndarray:
+    """The per-element error bound of the module docstring."""
+    fmt = dtypes.resolve(out_dtype)
+    n = x64.shape[-1]
+    finite = np.where(np.isfinite(x64), x64, -np.inf)
+    m = finite.max(axis=-1, keepdims=True)
+    with np.errstate(invalid="ignore"):
+        dist = np.where(np.isfinite(x64) & np.isfinite(m), m - x64, np.inf)
+    b = 3.0 * dist + C_EXP + (2.0 + 6.0 / math.e) * n + 2.0 * C_EXP + 2.0
+    with np.errstate(invalid="ignore"):
+        rel = np.where(np.isfinite(b), fmt.u + U32 * b, np.inf)
+        tol = rel * np.abs(y_exact)
+    tol = np.where(y_exact == 0, 0.0, tol)  # 0 * inf
+    return tol + 2.0**-126 + fmt.smallest_subnormal
+
+
+def check(x: torch.Tensor, y: torch.Tensor, fully_masked: str = "zeros") -> None:
+    """y is softmax(x) within :func:`allowed`; -inf inputs give exact 0; fully masked rows."""
+    assert y.shape == x.shape and y.dtype == x.dtype and y.device == x.device
+    x_np = dtypes.to_numpy(x)
+    y_np = dtypes.to_numpy(y).astype(np.float64)
+    x64 = x_np.astype(np.float64)
+    exact = oracle.softmax(x_np)
+    empty = ~np.isfinite(x64).any(axis=-1)
+    if fully_masked == "nan":
+        assert np.isnan(y_np[empty]).all(), "fully masked rows must be NaN"
+        exact = np.where(empty[..., None], np.nan, exact)
+    rows = ~empty if fully_masked == "nan" else np.ones_like(empty)
+    assert np.isfinite(y_np[rows]).all(), "NaN/inf in the output of a row with a finite entry"
+    assert (y_np[rows][np.isneginf(x64[rows])] == 0).all(), "a -inf input must give exactly 0"
+    err = np.abs(y_np[rows] - exact[rows])
+    tol = allowed(x64, exact, x.dtype)[rows]
+    bad = err > tol
+    if bad.any():
+        i = int(np.argmax(err - tol))
+        raise AssertionError(
+            f"{int(bad.sum())} of {err.size} elements out of bound; worst: y={y_np[rows].ravel()[i]!r}"
+            f" exact={exact[rows].ravel()[i]!r} error={err.ravel()[i]:.3g} allowed={tol.ravel()[i]:.3g}"
+        )
+
+
+def make(rows: np.ndarray, dtype: torch.dtype) -> torch.Tensor:
+    """A tensor of ``dtype`` on the test device from float64 values (rounded to nearest)."""
+    fmt = dtypes.resolve(dtype)
+    return dtypes.to_torch(np.asarray(rows, dtype=np.float64).astype(fmt.numpy), DEVICE)
+
+
+def gaussian(m: int, n: int, scale: float = 3.0, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal((m, n)) * scale
+
+
+# ---------------------------------------------------------------------------------- accuracy
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_lengths_around_block_and_tile_boundaries(dtype, path):
+    lengths = [1, 2, 15, 16, 17, 63, 64, 65, 127, 128, 129, 191, 255, 256, 257]
+    if path == "on_chip":
+        lengths = [n for n in lengths if n <= 256]
+    for n in lengths:
+        x = make(gaussian(3, n, seed=n), dtype)
+        check(x, run(x, path))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_auto_path_switches_at_the_on_chip_limit(dtype):
+    for n in (255, 256, 257, 300):
+        long = "split" if not INTERPRETED and dtype == torch.float32 else "stream"
+        size = torch.empty(0, dtype=dtype).element_size()
+        got = sm.plan(n, **SMALL, interpreted=INTERPRETED, itemsize=size).path
+        assert got == ("on_chip" if n <= 256 else long)
+        x = make(gaussian(2, n, seed=n), dtype)
+        check(x, run(x))
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_many_short_rows_packed_per_program(path):
+    x = make(gaussian(37, 5, seed=1), torch.float32)  # 37 rows: a partial last program
+    check(x, run(x, path))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_persistent_pipelined_on_chip_grid(dtype):
+    # Fewer programs than row blocks: each program loops (under the interpreter the grid is one
+    # program per block, so this checks the loop's arithmetic; the GPU adds the pipelining).
+    x = make(gaussian(9, 200, seed=14), dtype)
+    for rows_per_program in (1, 4):
+        tuning = dict(chip_stages=2, chip_programs_per_sm=1,
+                      min_elems_per_program=256 * rows_per_program)
+        check(x, run(x, "on_chip", tuning=tuning))
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_masks_prefix_longer_than_a_tile_suffix_scattered(dtype, path):
+    n = 300 if path != "on_chip" else 256
+    x = gaussian(4, n, seed=2)
+    x[0, : 2 * TILE + 17] = NEG_INF  # masked prefix: the first tiles see only -inf
+    x[1, 5:] = NEG_INF  # one short finite prefix
+    x[2, ::3] = NEG_INF  # scattered
+    x[3, :-1] = NEG_INF  # exactly one finite entry, at the very end
+    t = make(x, dtype)
+    check(t, run(t, path))
+    y = dtypes.to_numpy(run(t, path)).astype(np.float64)
+    assert y[3, -1] == 1.0
+
+
+@pytest.mark.parametrize("fully_masked", ["zeros", "nan"])
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_fully_masked_rows_follow_the_convention(dtype, path, fully_masked):
+    n = 200
+    x = gaussian(3, n, seed=3)
+    x[1] = NEG_INF
+    t = make(x, dtype)
+    y = run(t, path, fully_masked=fully_masked)
+    check(t, y, fully_masked)
+    y1 = dtypes.to_numpy(y[1]).astype(np.float64)
+    assert (y1 == 0).all() if fully_masked == "zeros" else np.isnan(y1).all()
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_rows_entirely_below_a_finite_sentinel(dtype, path):
+    # A kernel that starts the running max at -1e30 sees nothing above it here.
+    rng = np.random.default_rng(4)
+    x = -1e31 * (1 + rng.random((3, 150)))  # [-2e31, -1e31]
+    x[1] = -3e38 + 1e36 * rng.random(150)  # near the most negative finite fp32 / bf16
+    x[2, :] = -1e35
+    x[2, 7] = -9.9e34  # one clear winner
+    t = make(x, dtype)
+    check(t, run(t, path))
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_rows_near_the_most_negative_float16(path):
+    x = -65504.0 + 8.0 * np.random.default_rng(5).integers(0, 8, size=(2, 150))
+    t = make(x, torch.float16)
+    check(t, run(t, path))
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered:RuntimeWarning")  # numpy, on purpose
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_huge_maxima_near_dtype_max(dtype, path):
+    big = dtypes.resolve(dtype).max
+    x = gaussian(3, 150, seed=6)
+    x[0, [3, 90, 149]] = big  # three tied maxima: 1/3 each, no overflow in x - m
+    x[1] = big - np.abs(gaussian(1, 150, seed=7)[0]) * big * 2**-6  # all huge, spread ~ max/64
+    x[2, 10] = big
+    x[2, 11] = -big  # x - m = -2 max overflows fp32 to -inf: exp must still be 0, not NaN
+    t = make(x, dtype)
+    check(t, run(t, path))
+    y0 = dtypes.to_numpy(run(t, path)[0]).astype(np.float64)
+    fmt = dtypes.resolve(dtype)
+    assert abs(y0[3] - 1 / 3) <= (fmt.u + 8 * U32) * (1 / 3)
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_max_grows_at_every_tile_and_constant_rows(dtype, path):
+    x = np.stack([np.linspace(-20, 20, 200), np.full(200, 7.0), np.linspace(20, -20, 200)])
+    t = make(x, dtype)
+    check(t, run(t, path))
+
+
+# ---------------------------------------------------------------------------------- layouts
+@pytest.mark.parametrize("path", PATHS)
+def test_strided_rows_and_columns(path):
+    base = make(gaussian(8, 400, seed=8), torch.bfloat16)
+    for x in (base[::3, :200], base[:, 1:301], base[:, ::2], base.t()[:150, :8].t()):
+        assert not x.is_contiguous()
+        check(x, run(x, path))
+
+
+def test_nd_input_and_zero_rows():
+    base = make(gaussian(24, 70, seed=9), torch.float16).reshape(2, 3, 4, 70)
+    x = base.permute(1, 0, 2, 3)  # leading dims not collapsible into one stride
+    y = run(x)
+    assert y.shape == x.shape
+    check(x.reshape(-1, 70), y.reshape(-1, 70))
+    one = make(gaussian(1, 9, seed=10)[0], torch.float32)
+    check(one[None], run(one)[None])
+    empty = torch.empty(0, 5, device=DEVICE)
+    assert run(empty).shape == (0, 5)
+
+
+def test_input_unchanged_and_deterministic():
+    x = make(gaussian(4, 300, seed=11), torch.bfloat16)
+    before = x.clone()
+    a, b = run(x, "stream"), run(x, "stream")
+    assert torch.equal(x, before)
+    assert torch.equal(a.view(torch.int16), b.view(torch.int16))
+
+
+@pytest.mark.filterwarnings("ignore:invalid value encountered:RuntimeWarning")  # inf - inf
+def test_nan_and_posinf_rows_give_nan():
+    x = gaussian(2, 100, seed=12)
+    x[0, 4] = np.nan
+    x[1, 9] = np.inf
+    for path in PATHS:
+        y = dtypes.to_numpy(run(make(x, torch.float32), path))
+        assert np.isnan(y).all(), path
+
+
+# ---------------------------------------------------------------------------------- errors
+@pytest.mark.parametrize(
+    "bad, kind, words",
+    [
+        (lambda: torch.zeros(2, 3, dtype=torch.float64, device=DEVICE), TypeError, "float64"),
+        (lambda: torch.zeros(2, 3, dtype=torch.int32, device=DEVICE), TypeError, "int32"),
+        (lambda: np.zeros((2, 3), np.float32), TypeError, "torch.Tensor"),
+        (lambda: torch.zeros(2, 0, device=DEVICE), ValueError, "shape=(2, 0)"),
+        (lambda: torch.tensor(1.0, device=DEVICE), ValueError, "shape=()"),
+        (lambda: torch.zeros(2, 3, device="meta"), ValueError, "device=meta"),
+    ],
+)
+def test_bad_input_is_refused_with_the_value_and_the_fix(bad, kind, words):
+    with pytest.raises(kind, match=None) as info:
+        softmax(bad())
+    assert words in str(info.value) and "; " in str(info.value)
+
+
+def test_bad_options_are_refused():
+    x = torch.zeros(2, 3, device=DEVICE)
+    with pytest.raises(ValueError, match="fully_masked='ones'"):
+        softmax(x, fully_masked="ones")
+    with pytest.raises(ValueError, match="path='fast'"):
+        softmax(x, path="fast")
+
+
+@pytest.mark.skipif(not INTERPRETED, reason="the interpreter refuses the split path")
+def test_split_path_needs_a_gpu():
+    with pytest.raises(ValueError, match="path='split'"):
+        softmax(torch.zeros(2, 300), path="split")
+
+
+def test_switching_mode_after_import_is_an_error():
+    with pytest.raises(RuntimeError, match="already imported"):
+        kernels.use_interpreter(not INTERPRETED)
+    assert kernels.use_interpreter(INTERPRETED) == INTERPRETED  # same mode: harmless
+
+
+def test_declares_its_exp_and_accumulation():
+    assert sm.EXP == "fast" and sm.ACCUMULATE == "float32" and sm.INTERPRETED == INTERPRETED
+
+
+# ---------------------------------------------------------------------------------- GPU
+@gpu
+@requires_cuda
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("n", [1000, 4096, 32768, 32769, 65536, 131072 + 3, 300_000])
+def test_gpu_long_rows_every_path(dtype, n):
+    x = gaussian(6, n, scale=4.0, seed=n)
+    x[1, : n // 2] = NEG_INF
+    x[2] = NEG_INF
+    x[3] = -1e31 * (1 + np.random.default_rng(n).random(n)) if dtype != torch.float16 else -6e4
+    t = make(x, dtype)
+    for path in ("auto", "stream", "split") if n > 2048 else ("auto", "on_chip", "stream"):
+        for fm in ("zeros", "nan"):
+            check(t, softmax(t, path=path, fully_masked=fm), fm)
+
+
+@gpu
+@requires_cuda
+def test_gpu_many_rows_split_grid_is_persistent():
+    # More rows than the persistent grid has groups: every group loops over several rows.
+    t = make(gaussian(1000, 70_000, seed=13), torch.bfloat16)
+    check(t, softmax(t, path="split"))

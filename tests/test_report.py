@@ -1,0 +1,152 @@
+"""`onlinesm report` and `check --report`: outputs, the JSON schema, verdicts, usage errors."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("matplotlib")
+
+from onlinesm.cli import main  # noqa: E402
+from onlinesm.report.schema import SCHEMA, encode, validate  # noqa: E402
+
+HERE = Path(__file__).resolve()
+
+KERNELS = '''
+import torch
+
+def good_softmax(x):
+    return torch.softmax(x.float(), dim=-1).to(x.dtype)
+
+def bf16_accumulating_softmax(x):
+    """Sums the exps in bf16, rounding after every addition: a real bug class."""
+    xf = x.float()
+    m = xf.max(dim=-1, keepdim=True).values
+    e = torch.exp(xf - m)
+    s = torch.zeros_like(e[..., :1]).to(torch.bfloat16)
+    for j in range(e.shape[-1]):
+        s = (s.float() + e[..., j : j + 1]).to(torch.bfloat16)
+    return (e / s.float()).to(x.dtype)
+'''
+
+TINY = ["--dtypes", "float32", "--seeds", "1", "--lengths", "16,300", "--rows", "2",
+        "--families", "gaussian,huge_spread,masked_prefix", "--no-fa3", "--quiet"]
+
+
+@pytest.fixture()
+def kernels_file(tmp_path: Path) -> str:
+    path = tmp_path / "mykernels.py"
+    path.write_text(KERNELS)
+    return str(path)
+
+
+def _load(directory: Path) -> dict:
+    return json.loads((directory / "summary.json").read_text())
+
+
+def test_tiny_report_writes_outputs_and_flags_the_buggy_kernel(tmp_path, kernels_file, capsys,
+                                                                 monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "rep"
+    code = main(["report", f"{kernels_file}:good_softmax", f"{kernels_file}:bf16_accumulating_softmax",
+                 "--op", "softmax", "--out", str(out), "--exp", "accurate", "--html", *TINY])
+    assert code == 1  # the buggy kernel fails
+    for name in ("index.md", "summary.json", "index.html"):
+        assert (out / name).is_file(), name
+    pngs = sorted(p.name for p in out.glob("*.png"))
+    assert "softmax-float32-length.png" in pngs and "softmax-ulp-histogram.png" in pngs
+    doc = _load(out)
+    assert validate(doc) == []
+    assert doc["schema"] == SCHEMA and doc["kind"] == "report" and doc["passed"] is False
+    verdict = {v["kernel"].split(":")[-1]: v for v in doc["verdicts"]}
+    assert verdict["good_softmax"]["status"] == "pass"
+    assert verdict["bf16_accumulating_softmax"]["status"] == "fail"
+    # the verdict table leads index.md and shows both
+    text = (out / "index.md").read_text()
+    table = text[text.index("## Verdicts"):text.index("## Kernels")]
+    assert "**FAIL**" in table and "pass" in table
+    # the failure has a minimal counterexample with a replay command that works
+    (fail,) = doc["failures"]
+    assert fail["replay"] and "onlinesm replay" in text
+    assert Path(fail["replay"]).is_file()
+    assert main(["replay", fail["replay"]]) == 1
+    # html is self-contained
+    assert "data:image/png;base64," in (out / "index.html").read_text()
+    # no temporary folders left next to the report
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".rep")] == []
+
+
+def test_builtin_references_report_passes(tmp_path):
+    out = tmp_path / "ref"
+    code = main(["report", "--no-triton", "--out", str(out), *TINY, "--seqs", "16",
+                 "--attention-families", "gaussian,key_padding"])
+    doc = _load(out)
+    assert validate(doc) == []
+    assert code == 0, [v for v in doc["verdicts"] if v["status"] != "pass"]
+    names = {(k["op"], k["name"]) for k in doc["kernels"]}
+    assert ("softmax", "torch.softmax") in names and ("attention", "torch.sdpa") in names
+    assert {s["family"] for s in doc["stats"] if s["op"] == "attention"} == {"gaussian", "key_padding"}
+    assert "attention-vs-seq.png" in doc["files"]
+
+
+def test_bad_target_exits_2_with_one_line(tmp_path, capsys):
+    code = main(["report", "no_such_module_xyz:fn", "--op", "softmax", "--out", str(tmp_path / "r")])
+    err = capsys.readouterr().err.strip()
+    assert code == 2
+    assert err.startswith("onlinesm: error:") and len(err.splitlines()) == 1
+    assert not (tmp_path / "r").exists()
+
+
+def test_target_without_op_exits_2(tmp_path, kernels_file, capsys):
+    assert main(["report", f"{kernels_file}:good_softmax", "--out", str(tmp_path / "r")]) == 2
+    assert "--op" in capsys.readouterr().err
+
+
+def test_unwritable_dir_exits_2_and_writes_nothing(tmp_path, kernels_file, capsys):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    out = blocker / "report"
+    code = main(["report", f"{kernels_file}:good_softmax", "--op", "softmax", "--out", str(out),
+                 *TINY])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and err.startswith("onlinesm: error: cannot write the report")
+    assert len(err.splitlines()) == 1
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file", "mykernels.py"]
+
+
+def test_failed_run_leaves_previous_report_intact(tmp_path):
+    from onlinesm.report.schema import atomic_directory
+
+    out = tmp_path / "rep"
+    out.mkdir()
+    (out / "index.md").write_text("old")
+    with pytest.raises(RuntimeError):
+        with atomic_directory(out) as tmp:
+            (tmp / "index.md").write_text("half")
+            raise RuntimeError("interrupted")
+    assert (out / "index.md").read_text() == "old"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["rep"]
+
+
+def test_check_report_validates_against_the_same_schema(tmp_path, kernels_file, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    out = tmp_path / "chk"
+    code = main(["check", f"{kernels_file}:good_softmax", "--op", "softmax", "--dtypes", "float32",
+                 "--max-examples", "3", "--max-len", "64", "--exp", "accurate", "--fully-masked", "nan",
+                 "--properties", "accuracy,fully_masked", "--report", str(out), "-q"])
+    assert code == 0
+    doc = _load(out)
+    assert validate(doc) == [] and doc["kind"] == "check" and doc["passed"] is True
+    assert (out / "index.md").read_text().startswith("# onlinesm check softmax")
+
+
+def test_validator_catches_mistakes():
+    doc = {"schema": "onlinesm.report/0"}
+    problems = validate(doc)
+    assert any("schema" in p for p in problems) and any("missing key 'kind'" in p for p in problems)
+    assert encode([float("inf"), float("nan"), np.float32(1.5)]) == ["inf", "nan", 1.5]
