@@ -324,12 +324,15 @@ def _monotone(n, fmt, rng, s, p):
     span = s * rng.uniform(1.0, 64.0)
     steps = rng.exponential(1.0, n)
     x = np.cumsum(steps) / steps.sum() * span - span * rng.uniform(0.0, 1.0)
+    x = np.clip(x, -fmt.max, fmt.max)  # a huge scale must not round to ±inf
     o = ordinals(_round(x, fmt), fmt)
     top = max_ordinal(fmt)
     idx = np.arange(n, dtype=np.int64)
     if n <= 2 * top + 1:
         o = np.maximum.accumulate(o - idx) + idx  # strictly increasing, as little moved as can be
         o -= max(0, int(o[-1]) - top)  # pushed past max: slide the whole row down
+        if o[0] < -top:  # the slide went past the most negative finite: spread evenly instead
+            o = -top + idx * ((2 * top) // max(n - 1, 1))
     else:  # more entries than finite values: non-decreasing, still growing at every tile
         o = -top + (idx * (2 * top) // (n - 1))
     return from_ordinals(o, fmt)
