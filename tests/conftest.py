@@ -3,11 +3,16 @@
 from __future__ import annotations
 
 import os
+import sys
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
 
 from onlinesm import kernels
+
+# --import-mode=importlib puts no test folder on sys.path: make the gallery importable.
+sys.path.insert(0, str(Path(__file__).parent))
 
 # Triton chooses compiled vs interpreted when a kernel is decorated, and triton.language
 # decorates its own functions when first imported: choose before anything imports triton.

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
-from hypothesis import HealthCheck, Phase, Verbosity, given, settings
+from hypothesis import HealthCheck, Verbosity, example, given, settings
 from hypothesis import seed as hypothesis_seed
 from hypothesis.database import DirectoryBasedExampleDatabase
 
@@ -193,6 +193,7 @@ def _run_given(
     strategy: Any,
     body: Callable[[Any], None],
     *,
+    examples: Sequence[Any] = (),
     profile: str,
     max_examples: int | None,
     seed: int | None,
@@ -219,6 +220,8 @@ def _run_given(
         opts["max_examples"] = max_examples
     if seed is not None:
         opts["derandomize"] = False
+    for case in reversed(examples):  # explicit examples run first, in order
+        test = example(case)(test)
     wrapped = settings(settings.get_profile(profile), **opts)(given(strategy)(test))
     if seed is not None:
         wrapped = hypothesis_seed(seed)(wrapped)
@@ -235,6 +238,20 @@ def _run_given(
 
 # Contract breaches that still leave a kernel testable: reported as property failures, not exit 2.
 _TESTABLE = ("modified_input", "dtype", "device")
+
+
+def _softmax_family_batch(dtype: str, min_len: int, max_len: int, families: Sequence[str] | None,
+                          allow_nonfinite: bool) -> list[Any]:
+    """One explicit batch holding a row of every selected family, so that each property sees
+    every family at least once whatever Hypothesis draws (random draws may miss a family)."""
+    from onlinesm.strategies import DEFAULT_FAMILIES, SoftmaxCase, generate_row
+
+    names = list(families) if families is not None else list(DEFAULT_FAMILIES) + (
+        ["nonfinite"] if allow_nonfinite else [])
+    length = int(np.clip(130, min_len, max_len))  # past a 128 tile when the domain allows
+    rng = np.random.default_rng(0)
+    rows = [generate_row(f, length, dtype, rng) for f in names]
+    return [SoftmaxCase(x=np.stack(rows), families=tuple(names), dtype=dtype)]
 
 
 def _smoke_softmax(kernel: Kernel) -> None:
@@ -308,6 +325,7 @@ def check_softmax(
     for dtype in dts:
         strategy = softmax_cases(dtype=dtype, min_len=min_len, max_len=max_len, max_rows=max_rows,
                                  families=families, allow_nonfinite=allow_nonfinite)
+        explicit = _softmax_family_batch(dtype, min_len, max_len, families, allow_nonfinite)
         for prop_name in names:
             if prop_name in waive:
                 outcomes.append(PropertyOutcome(prop_name, dtype, "waived", reason=waive[prop_name]))
@@ -315,7 +333,7 @@ def check_softmax(
             prop = SOFTMAX_PROPERTIES[prop_name]
             start = time.monotonic()
             n, case, err = _run_given(
-                strategy, lambda c, p=prop: p(kernel, c.x, conv), profile=profile,
+                strategy, lambda c, p=prop: p(kernel, c.x, conv), examples=explicit, profile=profile,
                 max_examples=max_examples, seed=seed,
                 database=_db_path(kernel, "softmax", prop_name, dtype) if database else None)
             outcome = PropertyOutcome(prop_name, dtype, "passed", n, time.monotonic() - start)
@@ -371,6 +389,40 @@ def _conventions_dict(conv: Conventions, dtypes: list[str]) -> dict[str, Any]:
 
 # ---------------------------------------------------------------------------------------------
 # Attention
+
+
+_MASK_FAMILIES = ("key_padding", "masked_leading_tiles")  # these always carry a mask
+
+
+def _attention_family_cases(dtype: str, *, head_dims: Sequence[int], max_seq_q: int, max_seq_k: int,
+                            families: Sequence[str] | None, allow_mask: bool, allow_causal: bool,
+                            allow_gqa: bool, same_seq: bool, max_heads: int) -> list[Any]:
+    """One explicit case per attention family the kernel's domain admits (see the softmax twin)."""
+    from onlinesm.strategies import ATTENTION_FAMILIES, generate_attention
+
+    names = list(families) if families is not None else list(ATTENTION_FAMILIES)
+    rng = np.random.default_rng(0)
+    cases = []
+    for fam in names:
+        if (fam == "gqa" and (not allow_gqa or max_heads < 2)) or (fam == "decode" and same_seq):
+            continue
+        sq = 1 if fam == "decode" else min(max_seq_q, 20)
+        sk = 1 if fam == "one_key" else min(max_seq_k, 80)
+        if same_seq:
+            sq = sk = min(sq, sk) if fam != "one_key" else 1
+        if fam == "masked_leading_tiles" and sk < 65:
+            continue
+        try:
+            case = generate_attention(fam, dtype, rng, batch=2 if fam == "key_padding" else 1,
+                                      heads=2 if fam == "gqa" else 1, seq_q=sq, seq_k=sk,
+                                      head_dim=int(head_dims[-1]),
+                                      masked=None if fam in _MASK_FAMILIES else False)
+        except ValueError:
+            continue  # the family cannot be built under these limits: Hypothesis covers the rest
+        if (case.mask is not None and not allow_mask) or (case.causal and not allow_causal):
+            continue
+        cases.append(case)
+    return cases
 
 
 def _smoke_attention(kernel: Kernel) -> None:
@@ -457,6 +509,10 @@ def check_attention(
                                     head_dims=tuple(head_dims), families=families,
                                     allow_mask=allow_mask, allow_causal=allow_causal,
                                     allow_gqa=allow_gqa, same_seq=same_seq)
+        explicit = _attention_family_cases(
+            dtype, head_dims=head_dims, max_seq_q=max_seq_q, max_seq_k=max_seq_k, families=families,
+            allow_mask=allow_mask, allow_causal=allow_causal, allow_gqa=allow_gqa,
+            same_seq=same_seq, max_heads=max_heads)
         for prop_name in names:
             if prop_name in waive:
                 outcomes.append(PropertyOutcome(prop_name, dtype, "waived", reason=waive[prop_name]))
@@ -464,7 +520,8 @@ def check_attention(
             prop = ATTENTION_PROPERTIES[prop_name]
             start = time.monotonic()
             n, case, err = _run_given(
-                strategy, lambda c, p=prop: p(kernel, _inputs(c), dconv), profile=profile,
+                strategy, lambda c, p=prop: p(kernel, _inputs(c), dconv), examples=explicit,
+                profile=profile,
                 max_examples=max_examples, seed=seed,
                 database=_db_path(kernel, "attention", prop_name, dtype) if database else None)
             outcome = PropertyOutcome(prop_name, dtype, "passed", n)

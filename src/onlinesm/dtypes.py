@@ -31,6 +31,7 @@ __all__ = [
     "to_torch",
     "to_hex",
     "from_hex",
+    "same_bits",
 ]
 
 
@@ -196,3 +197,13 @@ def from_hex(words: list[str], dtype: Any) -> np.ndarray:
     fmt = resolve(dtype)
     bits = np.array([int(w, 16) for w in words], dtype=fmt.bits_dtype)
     return bits.view(fmt.numpy)
+
+
+def same_bits(a: Any, b: Any) -> bool:
+    """True when two arrays have the same shape, dtype and bits (NaN payloads, -0.0 included).
+
+    The bitwise equality that determinism, batch invariance and "inputs unchanged" demand;
+    works on non-contiguous views too.
+    """
+    a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
+    return a.shape == b.shape and a.dtype == b.dtype and np.array_equal(a.view(np.uint8), b.view(np.uint8))

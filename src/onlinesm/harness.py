@@ -26,7 +26,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from onlinesm.dtypes import resolve, to_numpy, to_torch
+from onlinesm.dtypes import resolve, same_bits, to_numpy, to_torch
 
 __all__ = ["Kernel", "KernelError", "AttentionInputs", "describe_array"]
 
@@ -112,7 +112,7 @@ class Kernel:
         self.fn = fn
         self.op = op
         self.target = target  # "pkg.mod:fn" when loaded by name, so a replay can import it
-        self.name = name or getattr(fn, "__qualname__", None) or repr(fn)
+        self.name = name or getattr(fn, "__name__", None) or repr(fn)
         self.timeout = timeout
         self.extra_kwargs = dict(extra_kwargs or {})
         if backend is None:
@@ -167,7 +167,7 @@ class Kernel:
 
     def _check_unchanged(self, sent: Any, original: np.ndarray, what: str, name: str) -> None:
         after = to_numpy(sent) if self.backend == "torch" else sent
-        if not np.array_equal(after.view(np.uint8), original.view(np.uint8)):
+        if not same_bits(after, original):
             raise KernelError("modified_input", f"{self.name} modified its input {name} in place (on {what})")
 
     # -- softmax ------------------------------------------------------------------------------

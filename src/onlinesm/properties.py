@@ -19,7 +19,7 @@ from typing import Any, Callable
 import numpy as np
 
 from onlinesm import oracle
-from onlinesm.dtypes import resolve
+from onlinesm.dtypes import resolve, same_bits
 from onlinesm.harness import AttentionInputs, Kernel
 from onlinesm.tolerance import Numerics, attention_bound, compare, relation_bound, rowsum_bound, softmax_bound
 
@@ -277,7 +277,7 @@ def softmax_row_independence(kernel: Kernel, x: np.ndarray, conv: Conventions) -
     r = int(np.random.default_rng(x.shape[0] * 7 + x.shape[1]).integers(x.shape[0]))
     alone = kernel.softmax(np.ascontiguousarray(x[r : r + 1]))
     if conv.batch_invariant:
-        if not np.array_equal(alone.view(np.uint8), y[r : r + 1].view(np.uint8)):
+        if not same_bits(alone, y[r : r + 1]):
             diff = np.flatnonzero(alone[0].astype(np.float64) != y[r].astype(np.float64))
             raise PropertyFailure(
                 "row_independence",
@@ -299,8 +299,8 @@ def softmax_deterministic(kernel: Kernel, x: np.ndarray, conv: Conventions) -> N
     if not conv.deterministic:
         return
     y0, y1 = kernel.softmax(x), kernel.softmax(x)
-    if not np.array_equal(y0.view(np.uint8), y1.view(np.uint8)):
-        diff = np.argwhere(y0.view(_uint(y0)) != y1.view(_uint(y1)))
+    if not same_bits(y0, y1):
+        diff = np.argwhere(np.ascontiguousarray(y0).view(_uint(y0)) != np.ascontiguousarray(y1).view(_uint(y1)))
         r, c = (int(i) for i in diff[0])
         raise PropertyFailure(
             "deterministic",
@@ -527,8 +527,7 @@ def attention_deterministic(kernel: Kernel, inp: AttentionInputs, conv: Conventi
     if not conv.deterministic:
         return
     (o1, l1), (o2, l2) = kernel.attention(inp), kernel.attention(inp)
-    same = np.array_equal(o1.view(np.uint8), o2.view(np.uint8)) and (
-        l1 is None or np.array_equal(l1.view(np.uint8), l2.view(np.uint8)))
+    same = same_bits(o1, o2) and (l1 is None or same_bits(l1, l2))
     if not same:
         n = int((o1.view(_uint(o1)) != o2.view(_uint(o2))).sum())
         raise PropertyFailure(

@@ -1,0 +1,258 @@
+"""The property suite finds bugs: every kernel of the gallery is caught, every correct one passes.
+
+A false alarm on a correct kernel is as serious as a missed bug, so both halves are here. The
+runs are seeded (reproducible) and targeted at the property that should see each bug, to keep CI
+fast; ``test_default_suite_catches_the_sentinel_bug`` also runs one bug through the whole suite.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import gallery  # noqa: E402  (conftest puts tests/ on sys.path)
+
+from onlinesm import reference  # noqa: E402
+from onlinesm.check import UsageError, check_attention, check_softmax  # noqa: E402
+from onlinesm.cli import main  # noqa: E402
+from onlinesm.counterexample import decode_array, encode_array, replay  # noqa: E402
+
+GALLERY = Path(gallery.__file__)
+FAST = dict(seed=0, database=False, save_failures=False, raise_on_failure=False, max_examples=15)
+
+# (buggy kernel, the property that must see it, dtype, words the message must contain)
+SOFTMAX_BUGS = [
+    ("bug_sentinel_max", "accuracy", "float32", "below_sentinel"),
+    ("bug_unguarded_masked_tile", "range", "float32", "nan"),
+    ("bug_missing_rescale", "accuracy", "float32", "Mismatched elements"),
+    ("bug_bf16_accumulation", "accuracy", "float32", "Mismatched elements"),
+    ("bug_drops_tail", "row_sum", "float32", "sums to"),
+    ("bug_no_max_subtraction", "range", "float32", "not a finite value"),
+    ("bug_coarse_exp", "accuracy", "float32", "ulp"),
+    ("bug_fully_masked_nan", "fully_masked", "float32", "expected zeros"),
+    ("bug_batch_max", "row_independence", "float32", "alone"),
+    ("bug_mutates_input", "accuracy", "float32", "modified its input x in place"),
+    ("bug_wrong_dtype", "accuracy", "bfloat16", "expected bfloat16"),
+    ("bug_nondeterministic", "deterministic", "float32", "two identical calls differ"),
+    ("bug_refuses_long_rows", "accuracy", "float32", "raised ValueError: row too long"),
+]
+
+
+@pytest.mark.parametrize("name,prop,dtype,words", SOFTMAX_BUGS, ids=[b[0] for b in SOFTMAX_BUGS])
+def test_every_softmax_bug_is_caught(name: str, prop: str, dtype: str, words: str) -> None:
+    result = check_softmax(getattr(gallery, name), dtypes=[dtype], properties=[prop], **FAST)
+    assert not result.passed
+    (failure,) = result.failures
+    assert failure.property == prop
+    text = failure.message + " " + failure.family
+    assert words.lower() in text.lower(), text
+
+
+def test_failures_are_minimised_to_one_short_row() -> None:
+    result = check_softmax(gallery.bug_sentinel_max, dtypes=["float32"], properties=["accuracy"], **FAST)
+    (failure,) = result.failures
+    x = failure.inputs["x"]
+    assert x.shape[0] == 1 and x.shape[1] <= 8  # from a batch of rows of up to 1024
+    assert np.all(x.astype(np.float64) < -1e30)  # the entries that trigger the bug are kept
+
+
+def test_default_suite_catches_the_sentinel_bug() -> None:
+    result = check_softmax(gallery.bug_sentinel_max, dtypes=["bfloat16"], seed=1, database=False,
+                           save_failures=False, raise_on_failure=False, max_examples=10, max_len=256)
+    assert "accuracy" in {f.property for f in result.failures}
+
+
+CORRECT_SOFTMAX = [
+    (gallery.correct_online, {}),
+    (gallery.torch_softmax, {"fully_masked": "nan"}),
+    (reference.softmax_offline, {"backend": "numpy", "exp": "accurate"}),
+    (reference.softmax_online_scalar, {"backend": "numpy", "exp": "accurate"}),
+    (lambda x: reference.softmax_online_tiled(x, 16), {"backend": "numpy", "exp": "accurate"}),
+]
+
+
+@pytest.mark.parametrize("fn,conventions", CORRECT_SOFTMAX, ids=["online", "torch", "offline", "scalar", "tiled"])
+def test_correct_softmax_kernels_pass_every_property(fn, conventions) -> None:
+    result = check_softmax(fn, **{**FAST, "max_examples": 6}, max_len=256, **conventions)
+    assert result.passed, result.report()
+    assert {o.status for o in result.outcomes} == {"passed"}
+    assert len(result.outcomes) == 11 * 3 and all(o.examples > 0 for o in result.outcomes)
+
+
+ATTENTION_BUGS = [
+    ("bug_attn_unguarded", "accuracy", "nan"),
+    ("bug_attn_causal_bottom_right", "causal_mask", "top-left"),
+    ("bug_attn_scale_1_over_d", "default_scale", "scale=None"),
+    ("bug_attn_bf16_pv", "accuracy", "Mismatched elements"),
+    ("bug_attn_finite_mask", "fully_masked", "expected zeros"),
+]
+
+
+@pytest.mark.parametrize("name,prop,words", ATTENTION_BUGS, ids=[b[0] for b in ATTENTION_BUGS])
+def test_every_attention_bug_is_caught(name: str, prop: str, words: str) -> None:
+    result = check_attention(getattr(gallery, name), dtypes=["float32"], properties=[prop], **FAST)
+    assert not result.passed
+    (failure,) = result.failures
+    assert words.lower() in failure.message.lower(), failure.message
+
+
+@pytest.mark.parametrize("fn,conventions", [(gallery.correct_attention, {}),
+                                            (gallery.sdpa_math, {"fully_masked": "any", "exp": "accurate"})],
+                         ids=["online", "sdpa_math"])
+def test_correct_attention_kernels_pass_every_property(fn, conventions) -> None:
+    result = check_attention(fn, **{**FAST, "max_examples": 6}, **conventions)
+    assert result.passed, result.report()
+    assert len(result.outcomes) == 8 * 3
+
+
+@pytest.mark.interpreter
+def test_builtin_triton_kernels_pass_under_the_interpreter() -> None:
+    from onlinesm.kernels import attention, softmax
+
+    kw = {**FAST, "max_examples": 4}
+    r = check_softmax(softmax, max_len=200, max_rows=3, **kw)
+    assert r.passed, r.report()
+    r = check_attention(attention, head_dims=(16, 40), max_seq_q=24, max_seq_k=80, allow_gqa=True, **kw)
+    assert r.passed, r.report()
+
+
+# ---------------------------------------------------------------------------------------------
+# The call contract and nothing-testable cases
+
+
+def test_a_kernel_failing_on_the_simplest_input_is_a_usage_error() -> None:
+    def broken(x):
+        raise RuntimeError("not implemented")
+
+    with pytest.raises(UsageError, match="nothing could be tested: broken raised RuntimeError: not implemented"):
+        check_softmax(broken, **FAST)
+
+
+def test_wrong_shape_and_wrong_type_are_usage_errors_on_the_first_input() -> None:
+    with pytest.raises(UsageError, match=r"shape \[1\], expected \[1, 4\]"):
+        check_softmax(lambda x: x[0, :1], **FAST)
+    with pytest.raises(UsageError, match="returned list"):
+        check_softmax(lambda x: [1.0], **FAST)
+
+
+def test_a_hanging_kernel_is_reported_not_waited_for() -> None:
+    from onlinesm.harness import Kernel, KernelError
+
+    def slow(x):
+        import time
+
+        time.sleep(5)
+        return x
+
+    k = Kernel(slow, op="softmax", timeout=0.2)
+    with pytest.raises(KernelError, match="did not return within 0 s"):
+        k.softmax(np.zeros((1, 2), np.float32))
+
+
+def test_raise_on_failure_gives_an_assertion_error_with_the_report() -> None:
+    with pytest.raises(AssertionError, match="FAILED fully_masked"):
+        check_softmax(gallery.torch_softmax, dtypes=["float32"], properties=["fully_masked"],
+                      seed=0, database=False, save_failures=False, max_examples=15)
+
+
+def test_waived_properties_are_reported_with_their_reason() -> None:
+    result = check_softmax(gallery.torch_softmax, dtypes=["float32"], properties=["fully_masked"],
+                           skip={"fully_masked": "torch gives NaN by design"}, **FAST)
+    assert result.passed and result.outcomes[0].status == "waived"
+    assert "torch gives NaN by design" in result.report()
+
+
+def test_bad_options_are_usage_errors_naming_the_value() -> None:
+    with pytest.raises(UsageError, match="unknown property 'acuracy'"):
+        check_softmax(gallery.correct_online, properties=["acuracy"], **FAST)
+    with pytest.raises(ValueError, match="fully_masked='zero'"):
+        check_softmax(gallery.correct_online, fully_masked="zero", **FAST)
+    with pytest.raises(ValueError, match="dtype='int8'"):
+        check_softmax(gallery.correct_online, dtypes=["int8"], **FAST)
+
+
+# ---------------------------------------------------------------------------------------------
+# Counterexample files, the CLI and the pytest plugin
+
+
+def test_counterexample_encoding_is_exact_for_bf16_nan_and_masks() -> None:
+    import ml_dtypes
+
+    a = np.array([1.0, -np.inf, np.nan, 3e38, 1e-40], dtype=ml_dtypes.bfloat16)
+    back = decode_array(json.loads(json.dumps(encode_array(a))))
+    assert back.dtype == a.dtype and np.array_equal(back.view(np.uint16), a.view(np.uint16))
+    m = np.array([[True, False, True]])
+    assert np.array_equal(decode_array(json.loads(json.dumps(encode_array(m)))), m)
+
+
+def test_cli_check_fails_with_a_replayable_counterexample(tmp_path, monkeypatch, capsys) -> None:
+    monkeypatch.chdir(tmp_path)
+    code = main(["check", f"{GALLERY}:bug_sentinel_max", "--op", "softmax", "--dtypes", "float32",
+                 "--properties", "accuracy,range", "--max-examples", "15", "--seed", "0", "-q"])
+    out = capsys.readouterr().out
+    assert code == 1
+    assert "| accuracy | **FAIL** |" in out and "| range | pass" in out
+    replay_file = out.split("replay: onlinesm replay ")[1].split()[0]
+    assert main(["replay", replay_file]) == 1  # still fails on the saved input
+    assert main(["replay", replay_file, "--target", f"{GALLERY}:correct_online"]) == 0
+    holds, message = replay(replay_file, gallery.correct_online)
+    assert holds and "now holds" in message
+
+
+def test_cli_check_passes_a_correct_kernel(tmp_path, monkeypatch, capsys) -> None:
+    monkeypatch.chdir(tmp_path)
+    code = main(["check", f"{GALLERY}:torch_softmax", "--op", "softmax", "--fully-masked", "nan",
+                 "--dtypes", "bfloat16", "--max-examples", "4", "--seed", "0", "-q"])
+    assert code == 0
+    assert "PASSED" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv,words", [
+    (["check", "no_such_module_xyz:f", "--op", "softmax"], "importing no_such_module_xyz failed"),
+    (["check", f"{GALLERY}:nope", "--op", "softmax"], "has no attribute 'nope'"),
+    (["check", "missing_colon", "--op", "softmax"], "must look like package.module:function"),
+    (["check", f"{GALLERY}:correct_online", "--op", "softmax", "--skip", "accuracy"], "needs a reason"),
+    (["check", f"{GALLERY}:correct_online", "--op", "softmax", "--require", "fast"], "--require fast"),
+    (["replay", "/no/such/file.json"], "no counterexample file"),
+])
+def test_cli_usage_errors_exit_2_with_one_line(argv, words, capsys) -> None:
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert words in err and len(err.splitlines()) == 1 and "Traceback" not in err
+
+
+def test_cli_rejects_a_bad_flag_value_with_exit_2(capsys) -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["check", "x:y", "--op", "softmax", "--fully-masked", "maybe"])
+    assert exc.value.code == 2
+    assert "invalid choice: 'maybe'" in capsys.readouterr().err
+
+
+def test_pytest_plugin_runs_a_suite_in_a_users_test_file(tmp_path) -> None:
+    test_file = tmp_path / "test_user_kernels.py"
+    test_file.write_text(textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {str(GALLERY.parent)!r})
+        import gallery
+        from onlinesm.pytest_plugin import onlinesm_suite
+
+        test_good = onlinesm_suite(gallery.correct_online, op="softmax", dtypes=["float32"],
+                                   properties=["accuracy"], database=False, save_failures=False)
+        test_bad = onlinesm_suite(gallery.bug_sentinel_max, op="softmax", dtypes=["float32"],
+                                  properties=["accuracy"], database=False, save_failures=False)
+    """))
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", str(test_file), "-q", "-p", "no:cacheprovider",
+         "--onlinesm-seed", "0", "--onlinesm-max-examples", "15", "-m", "onlinesm"],
+        capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "1 failed, 1 passed" in proc.stdout
+    assert "FAILED accuracy [float32]" in proc.stdout
