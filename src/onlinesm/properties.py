@@ -123,7 +123,7 @@ def softmax_row_sum(kernel: Kernel, x: np.ndarray, conv: Conventions) -> None:
         row = int(np.flatnonzero(rows)[cmp.worst_index[0]])
         raise PropertyFailure(
             "row_sum",
-            f"softmax row sum: row {row} sums to {total[cmp.worst_index[0]]!r}, "
+            f"softmax row sum: row {row} sums to {float(total[cmp.worst_index[0]])!r}, "
             f"|sum - 1| = {abs(total[cmp.worst_index[0]] - 1):.3g} > allowed "
             f"{cmp.worst_bound:.3g} ({cmp.n_failed} of {cmp.n_checked} rows)\n"
             + _row_text(x[row]),
@@ -140,7 +140,7 @@ def softmax_range(kernel: Kernel, x: np.ndarray, conv: Conventions) -> None:
         r, c = (int(i) for i in np.argwhere(bad)[0])
         raise PropertyFailure(
             "range",
-            f"softmax range: y[{r}, {c}] = {y[r, c]!r} is not a finite value in [0, 1] "
+            f"softmax range: y[{r}, {c}] = {float(y[r, c])!r} is not a finite value in [0, 1] "
             f"({int(bad.sum())} such elements)\n" + _row_text(x[r], c),
             worst_row=r,
         )
@@ -155,7 +155,7 @@ def softmax_masked_zero(kernel: Kernel, x: np.ndarray, conv: Conventions) -> Non
         r, c = (int(i) for i in np.argwhere(bad)[0])
         raise PropertyFailure(
             "masked_zero",
-            f"softmax masked entry: x[{r}, {c}] = -inf but y[{r}, {c}] = {y[r, c]!r}, expected "
+            f"softmax masked entry: x[{r}, {c}] = -inf but y[{r}, {c}] = {float(y[r, c])!r}, expected "
             f"exactly 0 ({int(bad.sum())} such elements)\n" + _row_text(x[r], c),
             worst_row=r,
         )
@@ -262,8 +262,8 @@ def softmax_monotonic(kernel: Kernel, x: np.ndarray, conv: Conventions) -> None:
         row = int(np.flatnonzero(rows)[r])
         raise PropertyFailure(
             "monotonic",
-            f"softmax monotonicity: in row {row}, x = {xo[r, j]!r} gives y = {yo[r, j]!r}, "
-            f"below y = {prev_max[r, j]!r} of a smaller x by {drop[r, j]:.3g} > allowed "
+            f"softmax monotonicity: in row {row}, x = {float(xo[r, j])!r} gives y = {float(yo[r, j])!r}, "
+            f"below y = {float(prev_max[r, j])!r} of a smaller x by {drop[r, j]:.3g} > allowed "
             f"{2 * ao[r, j]:.3g}\n" + _row_text(x[row]),
             worst_row=row,
         )
@@ -305,7 +305,7 @@ def softmax_deterministic(kernel: Kernel, x: np.ndarray, conv: Conventions) -> N
         raise PropertyFailure(
             "deterministic",
             f"softmax determinism: two identical calls differ at {len(diff)} elements, first "
-            f"y[{r}, {c}] = {y0[r, c]!r} then {y1[r, c]!r}; declare deterministic=False if intended",
+            f"y[{r}, {c}] = {float(y0[r, c])!r} then {float(y1[r, c])!r}; declare deterministic=False if intended",
             worst_row=r,
         )
 
