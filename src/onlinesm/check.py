@@ -326,27 +326,55 @@ def check_softmax(
         strategy = softmax_cases(dtype=dtype, min_len=min_len, max_len=max_len, max_rows=max_rows,
                                  families=families, allow_nonfinite=allow_nonfinite)
         explicit = _softmax_family_batch(dtype, min_len, max_len, families, allow_nonfinite)
-        for prop_name in names:
-            if prop_name in waive:
-                outcomes.append(PropertyOutcome(prop_name, dtype, "waived", reason=waive[prop_name]))
-                continue
-            prop = SOFTMAX_PROPERTIES[prop_name]
-            start = time.monotonic()
-            n, case, err = _run_given(
-                strategy, lambda c, p=prop: p(kernel, c.x, conv), examples=explicit, profile=profile,
-                max_examples=max_examples, seed=seed,
-                database=_db_path(kernel, "softmax", prop_name, dtype) if database else None)
-            outcome = PropertyOutcome(prop_name, dtype, "passed", n, time.monotonic() - start)
-            if case is not None:
-                outcome.status = "failed"
-                outcome.failure = _softmax_failure(kernel, prop_name, prop, conv, case, err, save_failures)
-            outcome.seconds = time.monotonic() - start
-            say(f"{prop_name:<18} {dtype:<9} {outcome.status:<7} {n:>4} examples {outcome.seconds:6.1f}s")
-            outcomes.append(outcome)
+        outcomes += _run_properties(
+            kernel, "softmax", SOFTMAX_PROPERTIES, names, waive, dtype, strategy, explicit,
+            lambda c: c.x, conv, profile=profile, max_examples=max_examples, seed=seed,
+            database=database, save_failures=save_failures, say=say)
     result = CheckResult("softmax", kernel.name, _conventions_dict(conv, dts), outcomes, seed, kernel.device)
     if raise_on_failure and not result.passed:
         raise AssertionError(result.report())
     return result
+
+
+def _run_properties(
+    kernel: Kernel, op: str, registry: dict[str, Callable[..., None]], names: list[str],
+    waive: dict[str, str], dtype: str, strategy: Any, explicit: list[Any],
+    unpack: Callable[[Any], Any], conv: Conventions, *, profile: str, max_examples: int | None,
+    seed: int | None, database: bool, save_failures: bool, say: Callable[[str], None],
+) -> list[PropertyOutcome]:
+    """One Hypothesis run per property on one dtype; each failure minimised and saved."""
+    outcomes = []
+    for prop_name in names:
+        if prop_name in waive:
+            outcomes.append(PropertyOutcome(prop_name, dtype, "waived", reason=waive[prop_name]))
+            continue
+        prop = registry[prop_name]
+        start = time.monotonic()
+        n, case, err = _run_given(
+            strategy, lambda c, p=prop: p(kernel, unpack(c), conv), examples=explicit,
+            profile=profile, max_examples=max_examples, seed=seed,
+            database=_db_path(kernel, op, prop_name, dtype) if database else None)
+        outcome = PropertyOutcome(prop_name, dtype, "passed", n)
+        if case is not None:
+            outcome.status = "failed"
+            build = _softmax_failure if op == "softmax" else _attention_failure
+            outcome.failure = build(kernel, prop_name, prop, conv, case, err, save_failures)
+        outcome.seconds = time.monotonic() - start
+        say(f"{prop_name:<18} {dtype:<9} {outcome.status:<7} {n:>4} examples {outcome.seconds:6.1f}s")
+        outcomes.append(outcome)
+    return outcomes
+
+
+def _attention_failure(kernel: Kernel, prop_name: str, prop: Callable[..., None], conv: Conventions,
+                       case: Any, err: BaseException | None, save: bool) -> Failure:
+    """The failing attention input as Hypothesis shrank it (its recipe: batch, heads, lengths)."""
+    inputs = dataclasses.asdict(_inputs(case))
+    failure = Failure(prop_name, resolve(case.q.dtype).name, str(err), inputs, getattr(case, "family", ""))
+    if save:
+        failure.replay_path = counterexample.save(
+            op="attention", prop=prop_name, kernel=kernel, conventions=conv, inputs=inputs,
+            message=str(err), directory=STATE_DIR / "failures")
+    return failure
 
 
 def _softmax_failure(kernel: Kernel, prop_name: str, prop: Callable[..., None], conv: Conventions,
@@ -513,32 +541,10 @@ def check_attention(
             dtype, head_dims=head_dims, max_seq_q=max_seq_q, max_seq_k=max_seq_k, families=families,
             allow_mask=allow_mask, allow_causal=allow_causal, allow_gqa=allow_gqa,
             same_seq=same_seq, max_heads=max_heads)
-        for prop_name in names:
-            if prop_name in waive:
-                outcomes.append(PropertyOutcome(prop_name, dtype, "waived", reason=waive[prop_name]))
-                continue
-            prop = ATTENTION_PROPERTIES[prop_name]
-            start = time.monotonic()
-            n, case, err = _run_given(
-                strategy, lambda c, p=prop: p(kernel, _inputs(c), dconv), examples=explicit,
-                profile=profile,
-                max_examples=max_examples, seed=seed,
-                database=_db_path(kernel, "attention", prop_name, dtype) if database else None)
-            outcome = PropertyOutcome(prop_name, dtype, "passed", n)
-            if case is not None:
-                outcome.status = "failed"
-                inp = _inputs(case)
-                failure = Failure(prop_name, dtype, str(err), dataclasses.asdict(inp),
-                                  getattr(case, "family", ""))
-                if save_failures:
-                    failure.replay_path = counterexample.save(
-                        op="attention", prop=prop_name, kernel=kernel, conventions=dconv,
-                        inputs=dataclasses.asdict(inp), message=str(err),
-                        directory=STATE_DIR / "failures")
-                outcome.failure = failure
-            outcome.seconds = time.monotonic() - start
-            say(f"{prop_name:<18} {dtype:<9} {outcome.status:<7} {n:>4} examples {outcome.seconds:6.1f}s")
-            outcomes.append(outcome)
+        outcomes += _run_properties(
+            kernel, "attention", ATTENTION_PROPERTIES, names, waive, dtype, strategy, explicit,
+            _inputs, dconv, profile=profile, max_examples=max_examples, seed=seed,
+            database=database, save_failures=save_failures, say=say)
     result = CheckResult("attention", kernel.name, _conventions_dict(conv, dts), outcomes, seed, kernel.device)
     if raise_on_failure and not result.passed:
         raise AssertionError(result.report())

@@ -437,6 +437,19 @@ def attention_masked_invisible(kernel: Kernel, inp: AttentionInputs, conv: Conve
              name=f"attention with masked K/V poisoned by ±{poison:g}")
 
 
+def _attention_relation(kernel: Kernel, inp: AttentionInputs, other: AttentionInputs,
+                        conv: Conventions, prop: str, name: str) -> None:
+    """Two calls that must agree within both results' bounds, on the queries that see a key."""
+    o1, _ = kernel.attention(inp, want_lse=False)
+    o2, _ = kernel.attention(other, want_lse=False)
+    ob, _ = _attention_exact(inp, conv)
+    rows = _visible_any(inp, conv)[..., None]
+    o1 = np.where(rows, o1.astype(np.float64), 0.0)
+    o2 = np.where(rows, o2.astype(np.float64), 0.0)
+    cmp = compare(o2, o1, relation_bound(ob, ob), out_dtype=inp.q.dtype)
+    _fail_if(cmp, prop, _attention_inputs_text(other, conv), name=name)
+
+
 def attention_causal_mask(kernel: Kernel, inp: AttentionInputs, conv: Conventions) -> None:
     """causal=True equals the explicit triangular mask of the declared alignment."""
     if not inp.causal:
@@ -445,15 +458,8 @@ def attention_causal_mask(kernel: Kernel, inp: AttentionInputs, conv: Convention
     tri = oracle.visible_keys((1, 1, sq, inp.k.shape[2]), causal=True, causal_align=conv.causal_align)
     mask = tri if inp.mask is None else (np.broadcast_to(inp.mask, (b, h, sq, inp.k.shape[2])) & tri)
     explicit = dataclasses.replace(inp, causal=False, mask=np.ascontiguousarray(mask))
-    o1, _ = kernel.attention(inp, want_lse=False)
-    o2, _ = kernel.attention(explicit, want_lse=False)
-    ob, _ = _attention_exact(inp, conv)
-    rows = _visible_any(inp, conv)
-    o1 = np.where(rows[..., None], o1.astype(np.float64), 0.0)
-    o2 = np.where(rows[..., None], o2.astype(np.float64), 0.0)
-    cmp = compare(o1, o2, relation_bound(ob, ob), out_dtype=inp.q.dtype)
-    _fail_if(cmp, "causal_mask", _attention_inputs_text(inp, conv),
-             name=f"causal=True vs the explicit {conv.causal_align} mask")
+    _attention_relation(kernel, inp, explicit, conv, "causal_mask",
+                        f"causal=True vs the explicit {conv.causal_align} mask")
 
 
 def attention_key_permutation(kernel: Kernel, inp: AttentionInputs, conv: Conventions) -> None:
@@ -465,15 +471,8 @@ def attention_key_permutation(kernel: Kernel, inp: AttentionInputs, conv: Conven
     mask = None if inp.mask is None else np.ascontiguousarray(inp.mask[..., perm])
     permuted = dataclasses.replace(inp, k=np.ascontiguousarray(inp.k[:, :, perm]),
                                    v=np.ascontiguousarray(inp.v[:, :, perm]), mask=mask)
-    o1, _ = kernel.attention(inp, want_lse=False)
-    o2, _ = kernel.attention(permuted, want_lse=False)
-    ob, _ = _attention_exact(inp, conv)
-    rows = _visible_any(inp, conv)
-    o1 = np.where(rows[..., None], o1.astype(np.float64), 0.0)
-    o2 = np.where(rows[..., None], o2.astype(np.float64), 0.0)
-    cmp = compare(o2, o1, relation_bound(ob, ob), out_dtype=inp.q.dtype)
-    _fail_if(cmp, "key_permutation", _attention_inputs_text(permuted, conv),
-             name="attention with keys permuted vs original")
+    _attention_relation(kernel, inp, permuted, conv, "key_permutation",
+                        "attention with keys permuted vs original")
 
 
 def attention_split_merge(kernel: Kernel, inp: AttentionInputs, conv: Conventions) -> None:
@@ -511,15 +510,8 @@ def attention_default_scale(kernel: Kernel, inp: AttentionInputs, conv: Conventi
         return
     d = inp.q.shape[-1]
     explicit = dataclasses.replace(inp, scale=float(1.0 / np.sqrt(d)))
-    o1, _ = kernel.attention(inp, want_lse=False)
-    o2, _ = kernel.attention(explicit, want_lse=False)
-    ob, _ = _attention_exact(inp, conv)
-    rows = _visible_any(inp, conv)
-    o1 = np.where(rows[..., None], o1.astype(np.float64), 0.0)
-    o2 = np.where(rows[..., None], o2.astype(np.float64), 0.0)
-    cmp = compare(o1, o2, relation_bound(ob, ob), out_dtype=inp.q.dtype)
-    _fail_if(cmp, "default_scale", _attention_inputs_text(inp, conv),
-             name=f"scale=None vs scale=1/sqrt({d})")
+    _attention_relation(kernel, inp, explicit, conv, "default_scale",
+                        f"scale=None vs scale=1/sqrt({d})")
 
 
 def attention_deterministic(kernel: Kernel, inp: AttentionInputs, conv: Conventions) -> None:
