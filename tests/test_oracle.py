@@ -124,3 +124,36 @@ def test_attention_rejects_bad_shapes_and_head_counts() -> None:
     with pytest.raises(ValueError, match="does not broadcast"):
         oracle.attention(np.zeros((1, 1, 2, 4)), np.zeros((1, 1, 3, 4)), np.zeros((1, 1, 3, 4)),
                          mask=np.ones((5, 5), bool))
+
+
+def test_exact_path_gives_the_same_bits_from_any_starting_precision() -> None:
+    # Two precisions must agree: the exact path returns the same bits at any starting precision.
+    import onlinesm.oracle as o
+
+    x = np.array([[0.1, 0.2, 0.3000000000000001]])
+    first = o.softmax(x, exact=True)
+    saved = o.EXACT_DIGITS
+    try:
+        o.EXACT_DIGITS = 80
+        assert np.array_equal(o.softmax(x, exact=True), first)
+    finally:
+        o.EXACT_DIGITS = saved
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "float16"])
+def test_fast_path_audit_within_2_to_the_minus_40_on_every_family(dtype: str) -> None:
+    from onlinesm.strategies import DEFAULT_FAMILIES, generate_row
+
+    rng = np.random.default_rng(11)
+    rows = np.stack([generate_row(f, 300, dtype, rng) for f in DEFAULT_FAMILIES])
+    assert oracle.audit_softmax(rows) <= oracle.AUDIT_TOLERANCE
+
+
+def test_attention_fast_path_audit_relative_to_sum_p_abs_v() -> None:
+    from onlinesm.strategies import generate_attention
+
+    rng = np.random.default_rng(12)
+    for fam in ("outliers", "huge_logits", "huge_v_cancel", "key_padding"):
+        case = generate_attention(fam, "bfloat16", rng, batch=2, heads=1, seq_q=3, seq_k=24, head_dim=16)
+        err = oracle.audit_attention(case.q, case.k, case.v, mask=case.mask, causal=case.causal, scale=case.scale)
+        assert err <= oracle.AUDIT_TOLERANCE, fam

@@ -144,3 +144,45 @@ def test_attention_bf16_inputs_keep_dtype_and_accuracy() -> None:
     assert o.dtype == ml_dtypes.bfloat16
     # float32 state, then one rounding to bf16: within an ulp of bf16 at |o| <= max|v|
     assert np.max(np.abs(o.astype(np.float64) - oe)) <= resolve("bf16").eps * 4
+
+
+@pytest.mark.parametrize("name", list(SOFTMAXES))
+def test_seed_worked_example_for_every_reference(name: str) -> None:
+    # The seeds work [1, 3, 2] by hand: exp(-2), 1, exp(-1) over 1.5032 = 0.0900, 0.6652, 0.2447.
+    y = SOFTMAXES[name](np.array([[1.0, 3.0, 2.0]], np.float32))
+    np.testing.assert_allclose(y, [[0.0900, 0.6652, 0.2447]], atol=5e-5)
+
+
+def test_seed_exercise_four_elements_in_two_tiles_of_two() -> None:
+    # The seeds' exercise: a 4-element row in two tiles of 2; the expected values come from the
+    # oracle (mpmath), never from the code under test. The max grows in the second tile.
+    x = np.array([[1.0, 3.0, 2.0, 5.0]])
+    exact = oracle.softmax(x, exact=True)
+    for tile in (1, 2, 4):
+        np.testing.assert_allclose(softmax_online_tiled(x, tile), exact, rtol=1e-14)
+    # and the state after each tile, by hand: (m, d) = (3, e^-2 + 1), then (5, (e^-2 + 1) e^-2 + e^-3 + 1)
+    d_final = (np.exp(-2.0) + 1) * np.exp(-2.0) + np.exp(-3.0) + 1
+    assert abs(float(oracle.logsumexp(x)[0]) - (5.0 + np.log(d_final))) < 1e-14
+
+
+def test_tiled_agrees_with_offline_for_every_tile_size_within_the_bound() -> None:
+    from onlinesm.tolerance import Numerics, compare, relation_bound, softmax_bound
+
+    x = _rows(np.random.default_rng(5), n=70)[:5]  # regular rows (the sixth is fully masked)
+    offline = softmax_offline(x)
+    b = softmax_bound(x, out_dtype=np.float32, numerics=Numerics(exp="accurate"))
+    allowed = relation_bound(b, b)
+    for tile in range(1, 71):
+        cmp = compare(softmax_online_tiled(x, tile), offline.astype(np.float64), allowed, out_dtype=np.float32)
+        assert cmp.ok, (tile, cmp.summary())
+
+
+def test_merge_of_halves_is_within_the_attention_bound() -> None:
+    from onlinesm.tolerance import Numerics, attention_bound, compare, relation_bound
+
+    q, k, v, _ = _attention_case(np.random.default_rng(9))
+    o1, l1 = attention_online(q, k[:, :, :5], v[:, :, :5])
+    o2, l2 = attention_online(q, k[:, :, 5:], v[:, :, 5:])
+    o, _ = merge_states(o1, l1, o2, l2)
+    ob, _ = attention_bound(q, k, v, numerics=Numerics(exp="accurate"))
+    assert compare(o, ob.exact, relation_bound(ob, ob), out_dtype=np.float32).ok

@@ -1,7 +1,9 @@
 """Exact answers: softmax, logsumexp and attention, as float64 arrays.
 
-mpmath is the ground truth (``exact=True``): every operation carried with 40 significant
-digits, then rounded once to float64. It is slow (a Python loop per element), so the default is
+mpmath is the ground truth (``exact=True``): computed from the exact values of the inputs
+(a bf16 input is an exact binary rational) with 40 significant digits, then again with more
+until two precisions round to the same float64 (Ziv's strategy), so the result is the
+correctly rounded float64 of the exact answer. It is slow (a Python loop per element), so the default is
 a float64 fast path whose error is tiny next to any kernel's and is bounded by
 :func:`fast_path_rel_error`; the test suite checks that bound against mpmath.
 
@@ -20,11 +22,14 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
 __all__ = [
+    "audit_softmax",
+    "audit_attention",
+    "AUDIT_TOLERANCE",
     "softmax",
     "logsumexp",
     "attention",
@@ -33,7 +38,7 @@ __all__ = [
     "EXACT_DIGITS",
 ]
 
-#: Significant decimal digits mpmath carries on the exact path.
+#: Significant decimal digits mpmath starts with on the exact path (raised when needed).
 EXACT_DIGITS = 40
 
 _U64 = 2.0**-53
@@ -84,24 +89,48 @@ def _softmax_fast(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return y, lse
 
 
-def _softmax_exact(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """mpmath softmax and logsumexp, row by row (slow: keep rows short)."""
+def _correctly_rounded(compute: Callable[[int], np.ndarray]) -> np.ndarray:
+    """Ziv's strategy: raise mpmath's precision until two precisions round to the same float64.
+
+    ``compute(dps)`` evaluates at ``dps`` decimal digits and rounds to float64. When two
+    evaluations 20 digits apart agree bit for bit, the rounding is settled (the error of the
+    lower one is far below half an ulp of float64 unless the value sits on a tie, where more
+    digits are taken).
+    """
+    low = compute(EXACT_DIGITS)
+    for dps in (EXACT_DIGITS + 20, EXACT_DIGITS + 60, EXACT_DIGITS + 200):
+        high = compute(dps)
+        if np.array_equal(low, high, equal_nan=True):
+            return high
+        low = high
+    return low
+
+
+def _softmax_row_exact(row: np.ndarray, dps: int) -> np.ndarray:
+    """One row's softmax and lse (appended) at ``dps`` digits, rounded to float64."""
     import mpmath
 
+    out = np.zeros(row.size + 1)
+    out[-1] = -np.inf
+    with mpmath.workdps(dps):
+        finite = [mpmath.mpf(float(v)) for v in row if np.isfinite(v)]
+        if not finite:
+            return out
+        m = max(finite)
+        exps = [mpmath.exp(mpmath.mpf(float(v)) - m) if np.isfinite(v) else mpmath.mpf(0) for v in row]
+        d = mpmath.fsum(exps)
+        out[:-1] = [float(e / d) for e in exps]
+        out[-1] = float(m + mpmath.log(d))
+    return out
+
+
+def _softmax_exact(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """mpmath softmax and logsumexp, row by row, correctly rounded (slow: keep rows short)."""
     y = np.zeros_like(x)
     lse = np.full(x.shape[:-1], -np.inf)
-    with mpmath.workdps(EXACT_DIGITS):
-        for idx in np.ndindex(*x.shape[:-1]):
-            row = x[idx]
-            finite = [mpmath.mpf(float(v)) for v in row if np.isfinite(v)]
-            if not finite:
-                continue
-            m = max(finite)
-            exps = [mpmath.exp(mpmath.mpf(float(v)) - m) if np.isfinite(v) else mpmath.mpf(0)
-                    for v in row]
-            d = mpmath.fsum(exps)
-            y[idx] = [float(e / d) for e in exps]
-            lse[idx] = float(m + mpmath.log(d))
+    for idx in np.ndindex(*x.shape[:-1]):
+        both = _correctly_rounded(lambda dps, row=x[idx]: _softmax_row_exact(row, dps))
+        y[idx], lse[idx] = both[:-1], both[-1]
     return y, lse
 
 
@@ -227,28 +256,79 @@ def attention(
     return o, lse
 
 
+def _attention_query_exact(q: np.ndarray, k: np.ndarray, v: np.ndarray, scale: float | None,
+                           dps: int) -> np.ndarray:
+    """One query's o and lse (appended) over its visible keys, at ``dps`` digits."""
+    import mpmath
+
+    d = q.shape[-1]
+    out = np.zeros(d + 1)
+    with mpmath.workdps(dps):
+        sc = mpmath.mpf(1) / mpmath.sqrt(d) if scale is None else mpmath.mpf(float(scale))
+        qrow = [mpmath.mpf(float(t)) for t in q]
+        s = [sc * mpmath.fsum(qa * mpmath.mpf(float(kb)) for qa, kb in zip(qrow, krow)) for krow in k]
+        m = max(s)
+        e = [mpmath.exp(t - m) for t in s]
+        den = mpmath.fsum(e)
+        for c in range(d):
+            out[c] = float(mpmath.fsum(ej * mpmath.mpf(float(vrow[c])) for ej, vrow in zip(e, v)) / den)
+        out[d] = float(m + mpmath.log(den))
+    return out
+
+
 def _attention_exact(
     q: np.ndarray, k: np.ndarray, v: np.ndarray, visible: np.ndarray, scale: float | None
 ) -> tuple[np.ndarray, np.ndarray]:
-    import mpmath
-
     b, h, sq, d = q.shape
     o = np.zeros(q.shape)
     lse = np.full((b, h, sq), -np.inf)
-    with mpmath.workdps(EXACT_DIGITS):
-        sc = mpmath.mpf(1) / mpmath.sqrt(d) if scale is None else mpmath.mpf(float(scale))
-        for bi, hi, qi in np.ndindex(b, h, sq):
-            keys = np.flatnonzero(visible[bi, hi, qi])
-            if keys.size == 0:
-                continue
-            qrow = [mpmath.mpf(float(t)) for t in q[bi, hi, qi]]
-            s = [sc * mpmath.fsum(qa * mpmath.mpf(float(kb)) for qa, kb in zip(qrow, k[bi, hi, j]))
-                 for j in keys]
-            m = max(s)
-            e = [mpmath.exp(t - m) for t in s]
-            den = mpmath.fsum(e)
-            for c in range(d):
-                num = mpmath.fsum(ej * mpmath.mpf(float(v[bi, hi, j, c])) for ej, j in zip(e, keys))
-                o[bi, hi, qi, c] = float(num / den)
-            lse[bi, hi, qi] = float(m + mpmath.log(den))
+    for bi, hi, qi in np.ndindex(b, h, sq):
+        keys = np.flatnonzero(visible[bi, hi, qi])
+        if keys.size == 0:
+            continue
+        both = _correctly_rounded(lambda dps: _attention_query_exact(
+            q[bi, hi, qi], k[bi, hi, keys], v[bi, hi, keys], scale, dps))
+        o[bi, hi, qi], lse[bi, hi, qi] = both[:d], both[d]
     return o, lse
+
+
+#: How close the fast path must be to mpmath (issue target): 2**-40, see :func:`audit_softmax`.
+AUDIT_TOLERANCE = 2.0**-40
+
+
+def audit_softmax(x: Any) -> float:
+    """The fast path's worst error against mpmath on rows ``x``, in units of the audit metric.
+
+    Relative error for outputs above float32's smallest subnormal; below it, absolute error
+    relative to the row's largest output (such outputs round to 0 or a subnormal in any
+    kernel's dtype, so only their size next to the row's matters). lse: relative. A result at
+    most :data:`AUDIT_TOLERANCE` passes.
+    """
+    fast, exact = _softmax_and_lse(x, exact=False), _softmax_and_lse(x, exact=True)
+    (y, lse), (ye, lsee) = fast, exact
+    tiny32 = 1.401298464324817e-45
+    row_max = np.max(np.where(np.isnan(ye), 0, ye), axis=-1, keepdims=True)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        err = np.where(ye > tiny32, np.abs(y - ye) / ye,
+                       np.abs(y - ye) / np.where(row_max > 0, row_max, 1.0))
+        lse_err = np.where(np.isfinite(lsee), np.abs(lse - lsee) / np.maximum(np.abs(lsee), 1e-300), 0.0)
+    err = np.where(np.isnan(ye) & np.isnan(y), 0.0, err)
+    return float(max(np.nanmax(err, initial=0.0), np.nanmax(lse_err, initial=0.0)))
+
+
+def audit_attention(q: Any, k: Any, v: Any, **kw: Any) -> float:
+    """The fast path's worst error on o against mpmath, relative to Σ p_j |v_j| per query."""
+    o, _ = attention(q, k, v, **kw)
+    oe, _ = attention(q, k, v, exact=True, **kw)
+    qf, kf, vf = _as_float64(q), _as_float64(k), _as_float64(v)
+    h = qf.shape[1]
+    kf, vf = _expand_kv_heads(kf, h, "k"), _expand_kv_heads(vf, h, "v")
+    visible = visible_keys(qf.shape[:3] + (kf.shape[2],), mask=kw.get("mask"),
+                           causal=kw.get("causal", False), causal_align=kw.get("causal_align", "top-left"))
+    scale = kw.get("scale") or 1.0 / np.sqrt(qf.shape[-1])
+    s = np.where(visible, np.einsum("bhqd,bhkd->bhqk", qf, kf) * scale, -np.inf)
+    p = _softmax_fast(s)[0]
+    magnitude = np.einsum("bhqk,bhkd->bhqd", p, np.abs(vf))
+    with np.errstate(invalid="ignore", divide="ignore"):
+        err = np.where(magnitude > 0, np.abs(o - oe) / magnitude, np.abs(o - oe))
+    return float(np.max(err, initial=0.0))
