@@ -33,11 +33,10 @@ import sys
 import time
 import warnings
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Iterable
 
 import numpy as np
 
-from onlinesm.dtypes import resolve
 from onlinesm.harness import AttentionInputs, Kernel, KernelError
 from onlinesm.metrics import bound_use, ulp_error
 from onlinesm.report.builtin import ReportKernel
