@@ -43,6 +43,10 @@ SOFTMAX_BUGS = [
     ("bug_wrong_dtype", "accuracy", "bfloat16", "expected bfloat16"),
     ("bug_nondeterministic", "deterministic", "float32", "two identical calls differ"),
     ("bug_refuses_long_rows", "accuracy", "float32", "raised ValueError: row too long"),
+    ("bug_approx_exp_1e4", "accuracy", "float32", "Mismatched elements"),
+    ("bug_pad_zero_tail", "row_sum", "float32", "sums to"),
+    ("bug_inverted_rescale", "accuracy", "float32", "Mismatched elements"),
+    ("bug_ignores_strides", "strided", "float32", "strided (non-contiguous) input"),
 ]
 
 
@@ -54,6 +58,20 @@ def test_every_softmax_bug_is_caught(name: str, prop: str, dtype: str, words: st
     assert failure.property == prop
     text = failure.message + " " + failure.family
     assert words.lower() in text.lower(), text
+
+
+def test_a_batch_variant_kernel_passes_by_default_and_fails_when_batch_invariance_is_declared() -> None:
+    kw = dict(dtypes=["float32"], properties=["row_independence"], **{**FAST, "seed": 0, "max_examples": 20})
+    assert check_softmax(gallery.bug_batch_variant, **kw).passed  # accurate: within the bound
+    result = check_softmax(gallery.bug_batch_variant, batch_invariant=True, **kw)
+    (failure,) = result.failures
+    assert failure.property == "row_independence"
+    assert "differs bitwise" in failure.message and "batch_invariant=True" in failure.message
+
+
+def test_the_batch_variant_kernel_passes_the_default_suite() -> None:
+    result = check_softmax(gallery.bug_batch_variant, **{**FAST, "max_examples": 6}, max_len=256)
+    assert result.passed, result.report()
 
 
 def test_failures_are_minimised_to_one_short_row() -> None:
@@ -93,6 +111,10 @@ ATTENTION_BUGS = [
     ("bug_attn_scale_1_over_d", "default_scale", "scale=None"),
     ("bug_attn_bf16_pv", "accuracy", "Mismatched elements"),
     ("bug_attn_finite_mask", "fully_masked", "expected zeros"),
+    ("bug_attn_o_not_rescaled", "accuracy", "attention o: output not within the bound"),
+    ("bug_attn_causal_off_by_one", "causal_mask", "causal=True vs the explicit top-left mask"),
+    ("bug_attn_lse_base2", "accuracy", "attention lse: output not within the bound"),
+    ("bug_attn_mask_first_query", "causal_mask", "causal=True vs the explicit top-left mask"),
 ]
 
 
@@ -102,6 +124,17 @@ def test_every_attention_bug_is_caught(name: str, prop: str, words: str) -> None
     assert not result.passed
     (failure,) = result.failures
     assert words.lower() in failure.message.lower(), failure.message
+
+
+def test_a_wrong_grouped_query_head_map_is_caught() -> None:
+    # H = 4, Hkv = 2 is the smallest shape where h % Hkv and h // (H // Hkv) differ: the default
+    # domain (max_heads=4) and the explicit gqa example include it.
+    result = check_attention(gallery.bug_attn_gqa_modulo, dtypes=["float32"], properties=["accuracy"],
+                             allow_gqa=True, **FAST)  # default sizes: H = 4 over Hkv = 2 is tried
+    (failure,) = result.failures
+    assert failure.family == "gqa" and "attention o: output not within the bound" in failure.message
+    assert check_attention(gallery.correct_attention, dtypes=["float32"], properties=["accuracy"],
+                           allow_gqa=True, max_heads=4, families=["gqa"], **FAST).passed
 
 
 @pytest.mark.parametrize("fn,conventions", [(gallery.correct_attention, {}),

@@ -441,8 +441,11 @@ def _attention_family_cases(dtype: str, *, head_dims: Sequence[int], max_seq_q: 
         if fam == "masked_leading_tiles" and sk < 65:
             continue
         try:
+            # gqa: H = 4 over Hkv = 2 where allowed (with Hkv = 1 every head map agrees)
+            heads = (4 if max_heads >= 4 else 2) if fam == "gqa" else 1
             case = generate_attention(fam, dtype, rng, batch=2 if fam == "key_padding" else 1,
-                                      heads=2 if fam == "gqa" else 1, seq_q=sq, seq_k=sk,
+                                      heads=heads, kv_heads=heads // 2 if fam == "gqa" else None,
+                                      seq_q=sq, seq_k=sk,
                                       head_dim=int(head_dims[-1]),
                                       masked=None if fam in _MASK_FAMILIES else False)
         except ValueError:
@@ -482,7 +485,7 @@ def check_attention(
     p_dtype: str | None = "input",
     head_dims: Sequence[int] = (16, 32, 64),
     max_batch: int = 2,
-    max_heads: int = 2,
+    max_heads: int = 4,
     max_seq_q: int = 64,
     max_seq_k: int = 96,
     allow_mask: bool = True,

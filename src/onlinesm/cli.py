@@ -82,6 +82,8 @@ def _add_check(sub: Any) -> None:
     p.add_argument("--max-len", type=int, default=1024)
     p.add_argument("--max-rows", type=int, default=8)
     p.add_argument("--head-dims", type=lambda t: [int(v) for v in _csv(t)], default=[16, 32, 64])
+    p.add_argument("--max-batch", type=int, default=2)
+    p.add_argument("--max-heads", type=int, default=4)
     p.add_argument("--max-seq-q", type=int, default=64)
     p.add_argument("--max-seq-k", type=int, default=96)
     p.add_argument("--allow-gqa", action="store_true")
@@ -136,6 +138,7 @@ def _run_check(args: argparse.Namespace) -> int:
                 fn, causal_align=args.causal_align, lse_base=args.lse_base,
                 empty_lse=float(args.empty_lse), allow_tf32=args.allow_tf32,
                 p_dtype=None if args.p_dtype == "none" else args.p_dtype, head_dims=args.head_dims,
+                max_batch=args.max_batch, max_heads=args.max_heads,
                 max_seq_q=args.max_seq_q, max_seq_k=args.max_seq_k, allow_mask=not args.no_mask,
                 allow_causal=not args.no_causal, allow_gqa=args.allow_gqa, same_seq=args.same_seq,
                 **common)
