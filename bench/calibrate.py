@@ -28,7 +28,6 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-import ml_dtypes
 import numpy as np
 
 from onlinesm import oracle, reference
@@ -44,9 +43,13 @@ try:
 except ImportError:
     from onlinesm.strategies.attention import ATTENTION_FAMILIES, generate_attention
 
-BF16 = ml_dtypes.bfloat16
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from numpy_kernels import (  # noqa: E402  (shared with tests/test_tolerance.py)
+    BF16, _finite_max, bug_bf16_exp, bug_bf16_sum, bug_off_by_one, bug_rough_exp, bug_sentinel,
+    softmax_fast_exp, softmax_np32,
+)
+
 DTYPES = ("float32", "bfloat16", "float16")
-LOG2E = np.float32(1.4426950408889634)  # log2(e) rounded to fp32, as tl.exp uses it
 LENGTHS = (1, 7, 64, 129, 1000, 4096)
 LONG = 65536
 SKIPPED: list[str] = []  # inputs the generators failed to make (reported, not hidden)
@@ -54,28 +57,6 @@ SKIPPED: list[str] = []  # inputs the generators failed to make (reported, not h
 
 # ---------------------------------------------------------------------------------------------
 # kernels
-
-
-def _finite_max(xf: np.ndarray) -> np.ndarray:
-    m = xf.max(axis=-1, keepdims=True)
-    return np.where(np.isneginf(m), np.zeros_like(m), m)
-
-
-def softmax_fast_exp(x: np.ndarray) -> np.ndarray:
-    xf = x.astype(np.float32)
-    z = (xf - _finite_max(xf)).astype(np.float32)
-    e = np.exp2((z * LOG2E).astype(np.float32)).astype(np.float32)  # tl.exp = ex2(z·log2e)
-    s = e.sum(axis=-1, keepdims=True, dtype=np.float32)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(s > 0, e / s, np.float32(0)).astype(np.float32).astype(x.dtype)
-
-
-def softmax_np32(x: np.ndarray) -> np.ndarray:
-    xf = x.astype(np.float32)
-    e = np.exp(xf - _finite_max(xf))
-    s = e.sum(axis=-1, keepdims=True)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(s > 0, e / s, np.float32(0)).astype(x.dtype)
 
 
 def softmax_torch(x: np.ndarray) -> np.ndarray:
@@ -126,46 +107,6 @@ ATTENTION_KERNELS: dict[str, Callable[[Any], np.ndarray]] = {
 
 
 # --- bugs -------------------------------------------------------------------------------------
-
-
-def _parts(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    xf = x.astype(np.float32)
-    m = _finite_max(xf)
-    return xf, m, np.exp(xf - m)
-
-
-def bug_bf16_sum(x: np.ndarray) -> np.ndarray:
-    _, _, e = _parts(x)
-    s = np.zeros(x.shape[:-1] + (1,), dtype=BF16)
-    for j in range(x.shape[-1]):  # round after every addition, as a bf16 accumulator does
-        s = (s.astype(np.float32) + e[..., j : j + 1]).astype(BF16)
-    return (e / s.astype(np.float32)).astype(x.dtype)
-
-
-def bug_bf16_exp(x: np.ndarray) -> np.ndarray:
-    xf, m, _ = _parts(x)
-    e = np.exp((xf - m).astype(BF16).astype(np.float32)).astype(BF16).astype(np.float32)
-    return (e / e.sum(axis=-1, keepdims=True)).astype(x.dtype)
-
-
-def bug_rough_exp(x: np.ndarray, accuracy: float = 1e-3) -> np.ndarray:
-    xf, _, e = _parts(x)
-    wobble = np.sin(np.arange(x.shape[-1]) * 12.9898 + np.where(np.isfinite(xf), xf, 0) * 78.233)
-    e = (e * (1 + accuracy * wobble)).astype(np.float32)
-    return (e / e.sum(axis=-1, keepdims=True)).astype(x.dtype)
-
-
-def bug_sentinel(x: np.ndarray) -> np.ndarray:
-    xf = x.astype(np.float32)
-    m = np.maximum(np.float32(-1e30), xf.max(axis=-1, keepdims=True))
-    e = np.exp(xf - m)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return (e / e.sum(axis=-1, keepdims=True)).astype(x.dtype)
-
-
-def bug_off_by_one(x: np.ndarray) -> np.ndarray:
-    _, _, e = _parts(x)
-    return (e / (e.sum(axis=-1, keepdims=True) - e[..., -1:])).astype(x.dtype)
 
 
 def bug_attention_bf16_pv(c: Any) -> np.ndarray:

@@ -8,7 +8,6 @@ One or two seeds here; bench/calibrate.py runs 20 and writes reports/calibration
 
 from __future__ import annotations
 
-import ml_dtypes
 import numpy as np
 import pytest
 
@@ -41,10 +40,14 @@ try:
 except ImportError:
     from onlinesm.strategies.attention import ATTENTION_FAMILIES, generate_attention
 
-BF16 = ml_dtypes.bfloat16
+from numpy_kernels import (  # noqa: E402  (tests/ is on sys.path: conftest)
+    BF16, _finite_max, bug_bf16_exp as softmax_bf16_exp, bug_bf16_sum as softmax_bf16_sum,
+    bug_off_by_one as softmax_off_by_one, bug_rough_exp as softmax_rough_exp,
+    bug_sentinel as softmax_sentinel, softmax_fast_exp, softmax_np32,
+)
+
 DTYPES = ["float32", "bfloat16", "float16"]
 FAMILIES = [f for f in SOFTMAX_FAMILIES if f != "nonfinite"]
-LOG2E = np.float32(1.4426950408889634)  # log2(e), rounded to fp32 as tl.exp does
 
 
 # ---------------------------------------------------------------------------------------------
@@ -61,30 +64,6 @@ def rows(family: str, dtype: str, seed: int, lengths=(1, 7, 64, 129, 1000), per=
 
 # ---------------------------------------------------------------------------------------------
 # correct kernels (numpy simulations of what real kernels do)
-
-
-def _finite_max(xf: np.ndarray) -> np.ndarray:
-    m = xf.max(axis=-1, keepdims=True)
-    return np.where(np.isneginf(m), np.float32(0), m)  # guard: fully masked rows
-
-
-def softmax_fast_exp(x: np.ndarray) -> np.ndarray:
-    """What a Triton kernel with tl.exp computes: exp2(fl32(z·log2e)), fp32 sum and division."""
-    xf = x.astype(np.float32)
-    z = (xf - _finite_max(xf)).astype(np.float32)
-    e = np.exp2((z * LOG2E).astype(np.float32)).astype(np.float32)
-    s = e.sum(axis=-1, keepdims=True, dtype=np.float32)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(s > 0, e / s, np.float32(0)).astype(np.float32).astype(x.dtype)
-
-
-def softmax_np32(x: np.ndarray) -> np.ndarray:
-    """The textbook float32 numpy softmax with np.exp."""
-    xf = x.astype(np.float32)
-    e = np.exp(xf - _finite_max(xf))
-    s = e.sum(axis=-1, keepdims=True)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(s > 0, e / s, np.float32(0)).astype(x.dtype)
 
 
 def softmax_torch(x: np.ndarray) -> np.ndarray:
@@ -296,51 +275,6 @@ def test_p_dtype_and_tf32_widen_the_bound() -> None:
 
 # ---------------------------------------------------------------------------------------------
 # (b) precision bugs are caught
-
-
-def _parts(x: np.ndarray):
-    xf = x.astype(np.float32)
-    m = _finite_max(xf)
-    return xf, m, np.exp(xf - m)
-
-
-def softmax_bf16_sum(x: np.ndarray) -> np.ndarray:
-    """Bug: the denominator accumulated in bf16 (rounded after every addition)."""
-    _, _, e = _parts(x)
-    s = np.zeros(x.shape[:-1] + (1,), dtype=BF16)
-    for j in range(x.shape[-1]):
-        s = (s.astype(np.float32) + e[..., j : j + 1]).astype(BF16)
-    return (e / s.astype(np.float32)).astype(x.dtype)
-
-
-def softmax_bf16_exp(x: np.ndarray) -> np.ndarray:
-    """Bug: exp evaluated in bf16."""
-    xf, m, _ = _parts(x)
-    e = np.exp((xf - m).astype(BF16).astype(np.float32)).astype(BF16).astype(np.float32)
-    return (e / e.sum(axis=-1, keepdims=True)).astype(x.dtype)
-
-
-def softmax_rough_exp(x: np.ndarray, accuracy: float = 1e-3) -> np.ndarray:
-    """Bug: a cheap exp good to ``accuracy`` relative (a short polynomial)."""
-    xf, m, e = _parts(x)
-    wobble = np.sin(np.arange(x.shape[-1]) * 12.9898 + np.where(np.isfinite(xf), xf, 0) * 78.233)
-    e = (e * (1 + accuracy * wobble)).astype(np.float32)
-    return (e / e.sum(axis=-1, keepdims=True)).astype(x.dtype)
-
-
-def softmax_sentinel(x: np.ndarray) -> np.ndarray:
-    """Bug: the running max starts at the finite sentinel -1e30."""
-    xf = x.astype(np.float32)
-    m = np.maximum(np.float32(-1e30), xf.max(axis=-1, keepdims=True))
-    e = np.exp(xf - m)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return (e / e.sum(axis=-1, keepdims=True)).astype(x.dtype)
-
-
-def softmax_off_by_one(x: np.ndarray) -> np.ndarray:
-    """Bug: the normalisation leaves out the last element."""
-    _, _, e = _parts(x)
-    return (e / (e.sum(axis=-1, keepdims=True) - e[..., -1:])).astype(x.dtype)
 
 
 BUGS = [  # (kernel, family, dtype, length)
