@@ -20,14 +20,14 @@ kernels.use_interpreter()
 
 # Profiles are prefixed so they never collide with a user's own; CI picks the ci one.
 settings.register_profile(
-    "onlinesm-dev", max_examples=25, deadline=None,
+    "onlinesm-tests-dev", max_examples=25, deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 settings.register_profile(
-    "onlinesm-ci", max_examples=25, deadline=None, derandomize=True, print_blob=True,
+    "onlinesm-tests-ci", max_examples=25, deadline=None, derandomize=True, print_blob=True,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
-settings.load_profile(os.environ.get("ONLINESM_TEST_PROFILE", "onlinesm-ci" if os.environ.get("CI") else "onlinesm-dev"))
+settings.load_profile(os.environ.get("ONLINESM_TEST_PROFILE", "onlinesm-tests-ci" if os.environ.get("CI") else "onlinesm-tests-dev"))
 
 
 def _has_cuda() -> bool:
