@@ -95,6 +95,16 @@ def _fail_if(cmp: Any, prop: str, x: np.ndarray, *, name: str, intro: str = "") 
         raise PropertyFailure(prop, text, worst_row=row, bound_use=cmp.max_bound_use)
 
 
+def _fail_at_first(bad: np.ndarray, prop: str, x: np.ndarray,
+                   describe: Callable[[int, int], str]) -> None:
+    """Raise for the first flagged element of a [rows, cols] mask, with its row shown."""
+    if bad.any():
+        r, c = (int(i) for i in np.argwhere(bad)[0])
+        raise PropertyFailure(
+            prop, f"{describe(r, c)} ({int(bad.sum())} such elements)\n" + _row_text(x[r], c),
+            worst_row=r)
+
+
 def softmax_accuracy(kernel: Kernel, x: np.ndarray, conv: Conventions) -> None:
     """Every element within the error-analysis bound of the exact softmax (all bug classes)."""
     y = kernel.softmax(x)
@@ -136,14 +146,8 @@ def softmax_range(kernel: Kernel, x: np.ndarray, conv: Conventions) -> None:
     y = kernel.softmax(x).astype(np.float64)
     rows = regular_rows(x)
     bad = rows[:, None] & ~((y >= 0) & (y <= 1))  # NaN fails both comparisons
-    if bad.any():
-        r, c = (int(i) for i in np.argwhere(bad)[0])
-        raise PropertyFailure(
-            "range",
-            f"softmax range: y[{r}, {c}] = {float(y[r, c])!r} is not a finite value in [0, 1] "
-            f"({int(bad.sum())} such elements)\n" + _row_text(x[r], c),
-            worst_row=r,
-        )
+    _fail_at_first(bad, "range", x, lambda r, c: (
+        f"softmax range: y[{r}, {c}] = {float(y[r, c])!r} is not a finite value in [0, 1]"))
 
 
 def softmax_masked_zero(kernel: Kernel, x: np.ndarray, conv: Conventions) -> None:
@@ -151,14 +155,9 @@ def softmax_masked_zero(kernel: Kernel, x: np.ndarray, conv: Conventions) -> Non
     y = kernel.softmax(x).astype(np.float64)
     rows = regular_rows(x)
     bad = rows[:, None] & np.isneginf(x.astype(np.float64)) & (y != 0)
-    if bad.any():
-        r, c = (int(i) for i in np.argwhere(bad)[0])
-        raise PropertyFailure(
-            "masked_zero",
-            f"softmax masked entry: x[{r}, {c}] = -inf but y[{r}, {c}] = {float(y[r, c])!r}, expected "
-            f"exactly 0 ({int(bad.sum())} such elements)\n" + _row_text(x[r], c),
-            worst_row=r,
-        )
+    _fail_at_first(bad, "masked_zero", x, lambda r, c: (
+        f"softmax masked entry: x[{r}, {c}] = -inf but y[{r}, {c}] = {float(y[r, c])!r}, "
+        "expected exactly 0"))
 
 
 def softmax_fully_masked(kernel: Kernel, x: np.ndarray, conv: Conventions) -> None:
