@@ -45,7 +45,7 @@ except ImportError:
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from numpy_kernels import (  # noqa: E402  (shared with tests/test_tolerance.py)
-    BF16, _finite_max, bug_bf16_exp, bug_bf16_sum, bug_off_by_one, bug_rough_exp, bug_sentinel,
+    BF16, _finite_max, attention_sdpa_math, bug_bf16_exp, bug_bf16_sum, bug_off_by_one, bug_rough_exp, bug_sentinel,
     softmax_fast_exp, softmax_np32,
 )
 
@@ -83,24 +83,10 @@ SOFTMAX_KERNELS: dict[str, tuple[Callable[[np.ndarray], np.ndarray], int]] = {
 }
 
 
-def _sdpa(case: Any) -> np.ndarray:
-    import torch
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
-    from onlinesm.dtypes import to_numpy
-
-    (q, k, v), kw = case.torch_args()
-    with sdpa_kernel([SDPBackend.MATH]):
-        o = torch.nn.functional.scaled_dot_product_attention(
-            q, k, v, attn_mask=kw["mask"], is_causal=kw["causal"], scale=kw["scale"],
-            enable_gqa=q.shape[1] != k.shape[1])
-    return to_numpy(o)
-
-
 ATTENTION_KERNELS: dict[str, Callable[[Any], np.ndarray]] = {
     "reference.attention_online": lambda c: reference.attention_online(
         c.q, c.k, c.v, mask=c.mask, causal=c.causal, scale=c.scale, tile=64)[0],
-    "torch SDPA math": _sdpa,
+    "torch SDPA math": attention_sdpa_math,
     "float64 rounded once": lambda c: oracle.attention(
         c.q, c.k, c.v, mask=c.mask, causal=c.causal, scale=c.scale)[0].astype(c.q.dtype),
 }

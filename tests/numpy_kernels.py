@@ -1,5 +1,5 @@
-"""numpy softmax kernels for calibrating the tolerance model: correct ones that simulate what
-real kernels compute, and precision bugs that the bound must catch.
+"""Kernels for calibrating the tolerance model: correct ones (numpy simulations of what real
+kernels compute, and torch's SDPA math backend), and precision bugs the bound must catch.
 
 The precision half of the gallery (tests/gallery.py holds the torch kernels): shared by
 tests/test_tolerance.py and bench/calibrate.py, so the calibration and the tests judge the
@@ -46,6 +46,21 @@ def softmax_np32(x: np.ndarray) -> np.ndarray:
     s = e.sum(axis=-1, keepdims=True)
     with np.errstate(invalid="ignore", divide="ignore"):
         return np.where(s > 0, e / s, np.float32(0)).astype(x.dtype)
+
+
+def attention_sdpa_math(case) -> np.ndarray:  # type: ignore[no-untyped-def]
+    """torch SDPA's math backend on a strategies ``AttentionCase`` (grouped-query included)."""
+    import torch
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from onlinesm.dtypes import to_numpy
+
+    (q, k, v), kw = case.torch_args()
+    with sdpa_kernel([SDPBackend.MATH]):
+        o = torch.nn.functional.scaled_dot_product_attention(
+            q, k, v, attn_mask=kw["mask"], is_causal=kw["causal"], scale=kw["scale"],
+            enable_gqa=q.shape[1] != k.shape[1])
+    return to_numpy(o)
 
 
 # --- precision bugs ---------------------------------------------------------------------------

@@ -40,6 +40,7 @@ try:
 except ImportError:
     from onlinesm.strategies.attention import ATTENTION_FAMILIES, generate_attention
 
+from numpy_kernels import attention_sdpa_math as _sdpa_math  # noqa: E402
 from numpy_kernels import (  # noqa: E402  (tests/ is on sys.path: conftest)
     BF16, _finite_max, bug_bf16_exp as softmax_bf16_exp, bug_bf16_sum as softmax_bf16_sum,
     bug_off_by_one as softmax_off_by_one, bug_rough_exp as softmax_rough_exp,
@@ -193,17 +194,8 @@ def _attention_case(family: str, dtype: str, rng: np.random.Generator):
 
 
 def attention_sdpa_math(case) -> np.ndarray:
-    torch = pytest.importorskip("torch")
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
-    from onlinesm.dtypes import to_numpy
-
-    (q, k, v), kw = case.torch_args()
-    with sdpa_kernel([SDPBackend.MATH]):
-        o = torch.nn.functional.scaled_dot_product_attention(
-            q, k, v, attn_mask=kw["mask"], is_causal=kw["causal"], scale=kw["scale"],
-            enable_gqa=q.shape[1] != k.shape[1])
-    return to_numpy(o)
+    pytest.importorskip("torch")
+    return _sdpa_math(case)
 
 
 def attention_reference(case) -> np.ndarray:
