@@ -186,7 +186,7 @@ def test_a_hanging_kernel_is_reported_not_waited_for() -> None:
         time.sleep(5)
         return x
 
-    k = Kernel(slow, op="softmax", timeout=0.2)
+    k = Kernel(slow, op="softmax", deadline=0.2)
     with pytest.raises(KernelError, match="did not return within 0 s"):
         k.softmax(np.zeros((1, 2), np.float32))
 

@@ -1,6 +1,6 @@
 """``check_softmax`` and ``check_attention``: run the property suites on a kernel.
 
-The flow (DESIGN.md section 2): a strategy draws an adversarial batch; the harness calls the
+The flow (docs/INTERNALS.md): a strategy draws an adversarial batch; the harness calls the
 kernel under the contract; each property compares against the oracle under the tolerance
 model. Hypothesis drives one ``@given`` per (property, dtype), so every falsified property is
 reported, not only the first; a failure is then reduced by onlinesm's own minimiser
@@ -11,6 +11,11 @@ Before anything else the kernel is called on the simplest input (a short float32
 fails, nothing can be tested and :class:`UsageError` says so in one line. Determinism is
 checked first among the properties, since a non-deterministic kernel would otherwise confuse
 Hypothesis's replay.
+
+A run never lies about what it did not test. A contract breach that recurs in several
+properties (the kernel raises, exits, returns the wrong dtype, writes into its input) is
+reported once, with the list of properties it broke. A hang ends the run: the kernel is not
+called again, and every property that did not run is reported as ``not run``, never as a pass.
 
 Example:
     >>> import torch, onlinesm
@@ -33,7 +38,8 @@ from hypothesis.database import DirectoryBasedExampleDatabase
 
 from onlinesm import counterexample
 from onlinesm.dtypes import resolve
-from onlinesm.harness import AttentionInputs, Kernel, KernelError
+from onlinesm.errors import UsageError
+from onlinesm.harness import AttentionInputs, Kernel, KernelError, accepts_keyword
 from onlinesm.minimize import minimise_rows
 from onlinesm.properties import ATTENTION_PROPERTIES, SOFTMAX_PROPERTIES, Conventions, PropertyFailure
 from onlinesm.tolerance import Numerics
@@ -46,6 +52,7 @@ __all__ = [
     "Failure",
     "UsageError",
     "PROFILES",
+    "profile_name",
 ]
 
 #: Settings profiles, prefixed so they never collide with a user's own. They derive from
@@ -60,8 +67,17 @@ DEFAULT_DTYPES = ("float32", "bfloat16", "float16")
 STATE_DIR = Path(".onlinesm")
 
 
-class UsageError(Exception):
-    """Nothing could be tested: a bad option, or a kernel that fails on the simplest input."""
+def profile_name(profile: str) -> str:
+    """The registered name of a profile: ``"quick"`` and ``"onlinesm-quick"`` are the same.
+
+    >>> profile_name("quick"), profile_name("onlinesm-thorough")
+    ('onlinesm-quick', 'onlinesm-thorough')
+    """
+    name = profile if profile.startswith("onlinesm-") else f"onlinesm-{profile}"
+    if name not in PROFILES:
+        short = ", ".join(p.removeprefix("onlinesm-") for p in PROFILES)
+        raise UsageError(f"profile={profile!r} is unknown; use one of {short}")
+    return name
 
 
 @dataclasses.dataclass
@@ -74,9 +90,15 @@ class Failure:
     inputs: dict[str, Any]
     family: str = ""
     replay_path: str | None = None
+    #: (kind, detail) when the failure is a breach of the call contract, else None
+    breach: tuple[str, str] | None = None
+    #: other (property, dtype) where the same breach was met: reported once, here
+    also: list[str] = dataclasses.field(default_factory=list)
 
     def text(self) -> str:
         head = f"FAILED {self.property} [{self.dtype}]" + (f" (family {self.family})" if self.family else "")
+        if self.also:
+            head += f": the same breach in {len(self.also) + 1} properties ({', '.join(self.also)} too)"
         tail = f"\n  replay: onlinesm replay {self.replay_path}" if self.replay_path else ""
         body = "\n".join("  " + line for line in self.message.splitlines())
         return f"{head}\n{body}{tail}"
@@ -88,7 +110,7 @@ class PropertyOutcome:
 
     property: str
     dtype: str
-    status: str  # passed | failed | waived
+    status: str  # passed | failed | waived | not_run
     examples: int = 0
     seconds: float = 0.0
     reason: str = ""
@@ -105,13 +127,16 @@ class CheckResult:
     outcomes: list[PropertyOutcome]
     seed: int | None
     device: str
+    #: the input the kernel hung on, when it did (the run stopped there)
+    hung: str | None = None
 
     @property
     def passed(self) -> bool:
-        return not self.failures
+        return not any(o.status in ("failed", "not_run") for o in self.outcomes)
 
     @property
     def failures(self) -> list[Failure]:
+        """Every distinct failure (a breach met by several properties is listed once)."""
         return [o.failure for o in self.outcomes if o.failure is not None]
 
     def table(self) -> str:
@@ -125,17 +150,25 @@ class CheckResult:
             for d in dtypes:
                 o = cell.get((p, d))
                 row.append("-" if o is None else {"passed": f"pass ({o.examples})",
-                                                  "failed": "**FAIL**", "waived": "waived"}[o.status])
+                                                  "failed": "**FAIL**", "waived": "waived",
+                                                  "not_run": "not run"}[o.status])
             lines.append(f"| {p} | " + " | ".join(row) + " |")
         return "\n".join(lines)
 
     def report(self) -> str:
         """The full text: the table, every failure, and the waivers with their reasons."""
-        verdict = "PASSED" if self.passed else f"FAILED ({len(self.failures)} properties falsified)"
+        falsified = sum(1 + len(f.also) for f in self.failures)
+        verdict = "PASSED" if self.passed else f"FAILED ({falsified} properties falsified)"
+        if self.hung:
+            verdict = f"FAILED (the kernel hung on {self.hung}; the run stopped there)"
         parts = [f"onlinesm check {self.op}: {self.kernel} on {self.device}: {verdict}", "", self.table()]
         waived = {(o.property, o.reason) for o in self.outcomes if o.status == "waived"}
         for prop, reason in sorted(waived):
             parts.append(f"waived {prop}: {reason}")
+        not_run = [f"{o.property} [{o.dtype}]" for o in self.outcomes if o.status == "not_run"]
+        if not_run:
+            reason = next(o.reason for o in self.outcomes if o.status == "not_run")
+            parts.append(f"not run ({reason}): {', '.join(not_run)}")
         for f in self.failures:
             parts += ["", f.text()]
         return "\n".join(parts)
@@ -192,6 +225,11 @@ def _db_path(kernel: Kernel, op: str, prop: str, dtype: str) -> Path:
     return STATE_DIR / "examples" / key / f"{op}-{prop}-{dtype}"
 
 
+class _Hung(BaseException):
+    """Raised inside a Hypothesis run when the kernel hung: a BaseException, so Hypothesis
+    stops at once instead of shrinking (every later call would only report the same hang)."""
+
+
 def _run_given(
     strategy: Any,
     body: Callable[[Any], None],
@@ -210,7 +248,12 @@ def _run_given(
         count[0] += 1
         try:
             body(case)
-        except (PropertyFailure, KernelError) as err:
+        except KernelError as err:
+            last["case"], last["error"] = case, err
+            if err.kind == "hung":
+                raise _Hung() from err
+            raise
+        except PropertyFailure as err:
             last["case"], last["error"] = case, err
             raise
 
@@ -230,7 +273,7 @@ def _run_given(
         wrapped = hypothesis_seed(seed)(wrapped)
     try:
         wrapped()
-    except (PropertyFailure, KernelError):
+    except (PropertyFailure, KernelError, _Hung):
         return count[0], last.get("case"), last.get("error")
     return count[0], None, None
 
@@ -299,6 +342,8 @@ def check_softmax(
     backend: str | None = None,
     name: str | None = None,
     target: str | None = None,
+    deadline: float | None = None,
+    compile_allowance: float | None = None,
     database: bool = True,
     save_failures: bool = True,
     raise_on_failure: bool = True,
@@ -309,9 +354,14 @@ def check_softmax(
     Keywords declare the kernel's conventions and domain (DESIGN.md section 3):
     ``fully_masked`` ("zeros", "nan" like torch.softmax, or "any"), ``batch_invariant``,
     ``deterministic``, ``accumulate`` and ``exp`` (they set the bound's terms), the dtypes and
-    row lengths to generate, ``skip={"property": "reason"}`` to waive a property. Raises
+    row lengths to generate, ``skip={"property": "reason"}`` to waive a property.
+    ``deadline`` is the seconds one kernel call may take before it counts as a hang (default
+    from the device: 30 s on a GPU, 120 s on the CPU); the first call of each compiled variant
+    may take ``compile_allowance`` more (default 240 s on a GPU, 0 on the CPU). ``profile`` is
+    ``"quick"``, ``"ci"`` or ``"thorough"`` (``"onlinesm-quick"`` etc. work too). Raises
     ``AssertionError`` with the full report when a property is falsified (unless
-    ``raise_on_failure=False``), and :class:`UsageError` when nothing could be tested.
+    ``raise_on_failure=False``), and :class:`UsageError` when nothing could be tested (a bad
+    option, ``device="cuda"`` without CUDA, a kernel that fails on the simplest input).
 
     >>> import torch, onlinesm
     >>> onlinesm.check_softmax(lambda x: torch.softmax(x, -1), fully_masked="nan").passed  # doctest: +SKIP
@@ -321,16 +371,17 @@ def check_softmax(
                        deterministic=deterministic, numerics=_numerics(accumulate, exp, False, None))
     dts = _dtypes(dtypes)
     names, waive = _selected(SOFTMAX_PROPERTIES, properties, skip)
-    if profile not in PROFILES:
-        raise UsageError(f"profile={profile!r} is unknown; use one of {', '.join(PROFILES)}")
+    profile = profile_name(profile)
     if not (1 <= min_len <= max_len):
         raise UsageError(f"need 1 <= min_len <= max_len, got min_len={min_len}, max_len={max_len}")
     from onlinesm.strategies import softmax_cases
 
-    kernel = Kernel(fn, op="softmax", backend=backend, device=device, name=name, target=target)
+    kernel = Kernel(fn, op="softmax", backend=backend, device=device, name=name, target=target,
+                    deadline=deadline, compile_allowance=compile_allowance)
     _smoke_softmax(kernel)
     say = progress or (lambda _msg: None)
     outcomes: list[PropertyOutcome] = []
+    state = _RunState()
     for dtype in dts:
         strategy = softmax_cases(dtype=dtype, min_len=min_len, max_len=max_len, max_rows=max_rows,
                                  families=families, allow_nonfinite=allow_nonfinite)
@@ -338,11 +389,20 @@ def check_softmax(
         outcomes += _run_properties(
             kernel, "softmax", SOFTMAX_PROPERTIES, names, waive, dtype, strategy, explicit,
             lambda c: c.x, conv, profile=profile, max_examples=max_examples, seed=seed,
-            database=database, save_failures=save_failures, say=say)
-    result = CheckResult("softmax", kernel.name, _conventions_dict(conv, dts), outcomes, seed, kernel.device)
+            database=database, save_failures=save_failures, say=say, state=state)
+    result = CheckResult("softmax", kernel.name, _conventions_dict(conv, dts), outcomes, seed,
+                         kernel.device, hung=state.hung)
     if raise_on_failure and not result.passed:
         raise AssertionError(result.report())
     return result
+
+
+@dataclasses.dataclass
+class _RunState:
+    """What one check run has learnt so far, across properties and dtypes."""
+
+    breaches: dict[tuple[str, str], Failure] = dataclasses.field(default_factory=dict)
+    hung: str | None = None
 
 
 def _run_properties(
@@ -350,12 +410,21 @@ def _run_properties(
     waive: dict[str, str], dtype: str, strategy: Any, explicit: list[Any],
     unpack: Callable[[Any], Any], conv: Conventions, *, profile: str, max_examples: int | None,
     seed: int | None, database: bool, save_failures: bool, say: Callable[[str], None],
+    state: _RunState,
 ) -> list[PropertyOutcome]:
-    """One Hypothesis run per property on one dtype; each failure minimised and saved."""
+    """One Hypothesis run per property on one dtype; each failure minimised and saved.
+
+    A contract breach already met in an earlier property is not minimised or saved again: the
+    first failure lists the later properties. After a hang nothing more is run.
+    """
     outcomes = []
     for prop_name in names:
         if prop_name in waive:
             outcomes.append(PropertyOutcome(prop_name, dtype, "waived", reason=waive[prop_name]))
+            continue
+        if state.hung is not None:
+            outcomes.append(PropertyOutcome(prop_name, dtype, "not_run",
+                                            reason=f"kernel hung on {state.hung}"))
             continue
         prop = registry[prop_name]
         start = time.monotonic()
@@ -366,12 +435,50 @@ def _run_properties(
         outcome = PropertyOutcome(prop_name, dtype, "passed", n)
         if case is not None:
             outcome.status = "failed"
-            build = _softmax_failure if op == "softmax" else _attention_failure
-            outcome.failure = build(kernel, prop_name, prop, conv, case, err, save_failures)
+            breach = err.breach if isinstance(err, KernelError) else None
+            if isinstance(err, KernelError) and err.kind == "hung":
+                state.hung = err.what or "an input"
+                # no minimiser and no re-run: the kernel cannot be called again
+                outcome.failure = _hang_failure(kernel, op, prop_name, conv, case, unpack, err,
+                                                save_failures)
+            elif breach is not None and breach in state.breaches:
+                first = state.breaches[breach]
+                first.also.append(f"{prop_name} [{dtype}]")
+                outcome.reason = f"the same breach as {first.property} [{first.dtype}]"
+            else:
+                build = _softmax_failure if op == "softmax" else _attention_failure
+                outcome.failure = build(kernel, prop_name, prop, conv, case, err, save_failures)
+                state.hung = kernel.hung  # a hang while minimising also ends the run
+                if breach is not None:
+                    outcome.failure.breach = breach
+                    state.breaches[breach] = outcome.failure
         outcome.seconds = time.monotonic() - start
-        say(f"{prop_name:<18} {dtype:<9} {outcome.status:<7} {n:>4} examples {outcome.seconds:6.1f}s")
+        label = outcome.status if outcome.failure is not None or outcome.status != "failed" else "failed (same breach)"
+        say(f"{prop_name:<18} {dtype:<9} {label:<7} {n:>4} examples {outcome.seconds:6.1f}s")
         outcomes.append(outcome)
     return outcomes
+
+
+def _hang_failure(kernel: Kernel, op: str, prop_name: str, conv: Conventions, case: Any,
+                  unpack: Callable[[Any], Any], err: KernelError, save: bool) -> Failure:
+    """The input the kernel hung on, saved as it is (a hung kernel cannot be minimised)."""
+    if op == "softmax":
+        inputs: dict[str, Any] = {"x": unpack(case)}
+        dtype = resolve(inputs["x"].dtype).name
+    else:
+        inputs = dataclasses.asdict(unpack(case))
+        dtype = resolve(inputs["q"].dtype).name
+    failure = Failure(prop_name, dtype, str(err), inputs, _family_of(case), breach=err.breach)
+    if save:
+        failure.replay_path = counterexample.save(
+            op=op, prop=prop_name, kernel=kernel, conventions=conv, inputs=inputs,
+            message=str(err), directory=STATE_DIR / "failures")
+    return failure
+
+
+def _family_of(case: Any) -> str:
+    fams = getattr(case, "families", None)
+    return str(fams[0]) if fams and len(set(fams)) == 1 else str(getattr(case, "family", "") or "")
 
 
 def _attention_failure(kernel: Kernel, prop_name: str, prop: Callable[..., None], conv: Conventions,
@@ -391,10 +498,12 @@ def _softmax_failure(kernel: Kernel, prop_name: str, prop: Callable[..., None], 
     x = case.x
 
     def fails(candidate: np.ndarray) -> bool:
+        if kernel.hung is not None:
+            return False  # the kernel can no longer be called: keep what we have
         try:
             prop(kernel, candidate, conv)
         except (PropertyFailure, KernelError):
-            return True
+            return kernel.hung is None
         return False
 
     worst = getattr(err, "worst_row", None)
@@ -465,6 +574,16 @@ def _attention_family_cases(dtype: str, *, head_dims: Sequence[int], max_seq_q: 
     return cases
 
 
+def _check_keywords(fn: Callable[..., Any], *, allow_mask: bool, allow_causal: bool) -> None:
+    """A kernel whose signature lacks a keyword the declared domain uses: say which flag fits."""
+    for keyword, allowed, flag, api in (("mask", allow_mask, "--no-mask", "allow_mask=False"),
+                                        ("causal", allow_causal, "--no-causal", "allow_causal=False")):
+        if allowed and accepts_keyword(fn, keyword) is False:
+            name = getattr(fn, "__name__", repr(fn))
+            raise UsageError(f"{name} takes no {keyword!r} keyword, but the domain includes "
+                             f"{keyword}s; declare it with {flag} ({api} in the API)")
+
+
 def _smoke_attention(kernel: Kernel) -> None:
     rng = np.random.default_rng(0)
     q, k, v = (rng.standard_normal((1, 1, s, 16)).astype(np.float32) for s in (4, 4, 4))
@@ -511,6 +630,8 @@ def check_attention(
     backend: str | None = None,
     name: str | None = None,
     target: str | None = None,
+    deadline: float | None = None,
+    compile_allowance: float | None = None,
     database: bool = True,
     save_failures: bool = True,
     raise_on_failure: bool = True,
@@ -533,14 +654,16 @@ def check_attention(
     conv = Conventions(fully_masked=fully_masked, causal_align=causal_align, lse_base=lse_base,
                        empty_lse=float(empty_lse), deterministic=deterministic, numerics=numerics)
     names, waive = _selected(ATTENTION_PROPERTIES, properties, skip)
-    if profile not in PROFILES:
-        raise UsageError(f"profile={profile!r} is unknown; use one of {', '.join(PROFILES)}")
+    profile = profile_name(profile)
+    _check_keywords(fn, allow_mask=allow_mask, allow_causal=allow_causal)
     from onlinesm.strategies import attention_inputs
 
-    kernel = Kernel(fn, op="attention", backend=backend, device=device, name=name, target=target)
+    kernel = Kernel(fn, op="attention", backend=backend, device=device, name=name, target=target,
+                    deadline=deadline, compile_allowance=compile_allowance)
     _smoke_attention(kernel)
     say = progress or (lambda _msg: None)
     outcomes: list[PropertyOutcome] = []
+    state = _RunState()
     for dtype in dts:
         pd = resolve(dtype).name if p_dtype == "input" else p_dtype
         dconv = dataclasses.replace(conv, numerics=dataclasses.replace(numerics, p_dtype=pd))
@@ -556,8 +679,9 @@ def check_attention(
         outcomes += _run_properties(
             kernel, "attention", ATTENTION_PROPERTIES, names, waive, dtype, strategy, explicit,
             _inputs, dconv, profile=profile, max_examples=max_examples, seed=seed,
-            database=database, save_failures=save_failures, say=say)
-    result = CheckResult("attention", kernel.name, _conventions_dict(conv, dts), outcomes, seed, kernel.device)
+            database=database, save_failures=save_failures, say=say, state=state)
+    result = CheckResult("attention", kernel.name, _conventions_dict(conv, dts), outcomes, seed,
+                         kernel.device, hung=state.hung)
     if raise_on_failure and not result.passed:
         raise AssertionError(result.report())
     return result

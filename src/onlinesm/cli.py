@@ -1,8 +1,13 @@
 """The command line: ``onlinesm check | report | replay``.
 
-Exit codes (DESIGN.md section 3): 0 every property held; 1 a property was falsified (each
-failure printed with its minimal counterexample and a replay command); 2 usage error, a target
-that cannot be imported, or a kernel that fails on the simplest input.
+Exit codes (docs/conventions.md): 0 every property held; 1 a property was falsified (each
+failure printed with its minimal counterexample and a replay command), including a kernel that
+raised, exited or hung on some input; 2 usage error, an environment that cannot run the request
+(``--device cuda`` without CUDA), a target that cannot be imported, a damaged replay file, or a
+kernel that fails on the simplest input.
+
+After a hang the process ends with ``os._exit`` once the report is written: the hung call's
+thread cannot be stopped, and a normal exit could wait for it forever.
 
 Examples::
 
@@ -32,22 +37,14 @@ def _exp_class(text: str) -> Any:
         return text
 
 
-def _device(requested: str | None) -> str:
-    """cuda when available unless asked otherwise; on cpu Triton kernels run interpreted.
-
-    TRITON_INTERPRET is read when a kernel is decorated, so it is set here, before the
-    target's module (and onlinesm's own kernels) are imported.
-    """
-    if requested is None:
-        try:
-            import torch
-
-            requested = "cuda" if torch.cuda.is_available() else "cpu"
-        except ImportError:
-            requested = "cpu"
-    if requested == "cpu":
-        os.environ.setdefault("TRITON_INTERPRET", "1")
-    return requested
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds, e.g. 60")
+    return value
 
 
 def _add_check(sub: Any) -> None:
@@ -60,7 +57,12 @@ def _add_check(sub: Any) -> None:
     p.add_argument("--device", choices=["cpu", "cuda"], help="default: cuda when available")
     p.add_argument("--backend", choices=["torch", "numpy"], help="what the kernel takes [torch]")
     p.add_argument("--max-examples", type=int, help="examples per property and dtype")
-    p.add_argument("--profile", choices=["quick", "ci", "thorough"], default="quick")
+    p.add_argument("--profile", default="quick",
+                   help="quick, ci or thorough (onlinesm-quick etc. also accepted) [quick]")
+    p.add_argument("--deadline", type=_seconds, metavar="SECONDS",
+                   help="seconds one kernel call may take before it counts as a hang [cuda 30, cpu 120]")
+    p.add_argument("--compile-allowance", type=_seconds, metavar="SECONDS",
+                   help="extra seconds for the first call of each compiled variant [cuda 240, cpu 0]")
     p.add_argument("--seed", type=int, help="make the run reproducible")
     p.add_argument("--fully-masked", choices=["zeros", "nan", "any"], default="zeros")
     p.add_argument("--causal-align", choices=["top-left", "bottom-right"], default="top-left")
@@ -104,28 +106,43 @@ def _skips(items: list[str]) -> dict[str, str]:
     return out
 
 
+def _error(message: str) -> int:
+    print(f"onlinesm: error: {message}", file=sys.stderr)
+    return 2
+
+
 def _run_check(args: argparse.Namespace) -> int:
-    from onlinesm.check import UsageError, check_attention, check_softmax
+    from onlinesm.check import check_attention, check_softmax, profile_name
+    from onlinesm.devices import select_device
+    from onlinesm.errors import UsageError
     from onlinesm.targets import TargetError, load_target
 
-    device = _device(args.device)
     try:
-        fn = load_target(args.target)
+        device = select_device(args.device)
+        profile = profile_name(args.profile)
         skip = _skips(args.skip)
-    except (TargetError, ValueError) as err:
-        print(f"onlinesm: error: {err}", file=sys.stderr)
-        return 2
+        if args.report:
+            from onlinesm.report.schema import ensure_writable
+
+            try:
+                ensure_writable(args.report)
+            except OSError as err:
+                raise UsageError(f"cannot write the report to {args.report}: {err.strerror or err}; "
+                                 "choose another --report DIR") from None
+        fn = load_target(args.target)
+    except (TargetError, UsageError, ValueError) as err:
+        return _error(str(err))
     unknown = set(args.require) - {"batch-invariant"}
     if unknown:
-        print(f"onlinesm: error: --require {','.join(sorted(unknown))} is not a guarantee onlinesm "
-              "checks; use batch-invariant", file=sys.stderr)
-        return 2
+        return _error(f"--require {','.join(sorted(unknown))} is not a guarantee onlinesm checks; "
+                      "use batch-invariant")
     progress = None if args.quiet else (lambda msg: print("  " + msg, file=sys.stderr, flush=True))
     common: dict[str, Any] = dict(
         dtypes=args.dtypes, fully_masked=args.fully_masked, deterministic=not args.nondeterministic,
         accumulate=args.accumulate, exp=args.exp, families=args.families, properties=args.properties,
-        skip=skip, profile=f"onlinesm-{args.profile}", max_examples=args.max_examples, seed=args.seed,
+        skip=skip, profile=profile, max_examples=args.max_examples, seed=args.seed,
         device=device, backend=args.backend, name=args.target, target=args.target,
+        deadline=args.deadline, compile_allowance=args.compile_allowance,
         raise_on_failure=False, progress=progress,
     )
     try:
@@ -143,8 +160,7 @@ def _run_check(args: argparse.Namespace) -> int:
                 allow_causal=not args.no_causal, allow_gqa=args.allow_gqa, same_seq=args.same_seq,
                 **common)
     except (UsageError, ValueError, TypeError) as err:
-        print(f"onlinesm: error: {err}", file=sys.stderr)
-        return 2
+        return _error(str(err))
     print(result.report())
     if args.report:
         from onlinesm.report.schema import write_check_report
@@ -153,24 +169,36 @@ def _run_check(args: argparse.Namespace) -> int:
             path = write_check_report(result, args.report)
         except OSError as err:
             print(f"onlinesm: error: cannot write the report to {args.report}: {err}", file=sys.stderr)
-            return 2
+            return 1 if not result.passed else 2
         print(f"\nreport written to {path}")
     return 0 if result.passed else 1
 
 
 def _run_replay(args: argparse.Namespace) -> int:
     from onlinesm.counterexample import replay
+    from onlinesm.devices import select_device
+    from onlinesm.errors import UsageError
     from onlinesm.targets import TargetError, load_target
 
-    device = _device(args.device)
     try:
+        device = select_device(args.device)
         fn = load_target(args.target) if args.target else None
         holds, message = replay(args.file, fn, device=device)
-    except (TargetError, ValueError) as err:
-        print(f"onlinesm: error: {err}", file=sys.stderr)
-        return 2
+    except (TargetError, UsageError, ValueError) as err:
+        return _error(str(err))
     print(("PASSED: " if holds else "FAILED: ") + message)
     return 0 if holds else 1
+
+
+def _finish(code: int, hung_before: int) -> int:
+    """Return the exit code, or end the process at once when a call of this run still hangs."""
+    from onlinesm.harness import hung_threads_alive
+
+    if hung_threads_alive(since=hung_before):
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -189,11 +217,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if report_cli is not None:
         report_cli.add_parser(sub)
     args = parser.parse_args(argv)
+    from onlinesm.harness import hung_call_count
+
+    before = hung_call_count()
     if args.command == "check":
-        return _run_check(args)
+        return _finish(_run_check(args), before)
     if args.command == "replay":
-        return _run_replay(args)
-    return int(report_cli.run(args))  # type: ignore[union-attr]
+        return _finish(_run_replay(args), before)
+    return _finish(int(report_cli.run(args)), before)  # type: ignore[union-attr]
 
 
 if __name__ == "__main__":

@@ -6,7 +6,8 @@ kernel's target (when it was loaded by name), its declared conventions and the m
 Schema ``onlinesm.counterexample/1``::
 
     {"schema": "onlinesm.counterexample/1", "op": "softmax", "property": "accuracy",
-     "kernel": "...", "target": "pkg.mod:fn" | null, "conventions": {...},
+     "kernel": "...", "target": "pkg.mod:fn" | null, "backend": "torch" | "numpy",
+     "conventions": {...},
      "inputs": {"x": {"dtype": "bfloat16", "shape": [1, 3], "hex": ["3f80", ...]}},
      "message": "..."}
 
@@ -46,9 +47,20 @@ def decode_array(d: Any) -> Any:
     """Inverse of :func:`encode_array`."""
     if not isinstance(d, dict):
         return d
+    shape = [int(n) for n in d["shape"]]
     if d["dtype"] == "bool":
-        return np.array([c == "1" for c in d["bits"]], dtype=bool).reshape(d["shape"])
-    return from_hex(d["hex"], d["dtype"]).reshape(d["shape"])
+        bits = d["bits"]
+        if set(bits) - {"0", "1"}:
+            raise ValueError("a mask's bits must be 0s and 1s")
+        flat = np.array([c == "1" for c in bits], dtype=bool)
+    else:
+        try:
+            flat = from_hex(d["hex"], d["dtype"])
+        except ValueError as err:
+            raise ValueError(f"bad hex ({err})") from None
+    if flat.size != int(np.prod(shape)):
+        raise ValueError(f"{flat.size} values do not fill the shape {shape}")
+    return flat.reshape(shape)
 
 
 def _conventions_json(conv: Any) -> dict[str, Any]:
@@ -66,6 +78,7 @@ def save(*, op: str, prop: str, kernel: Any, conventions: Any, inputs: dict[str,
         "property": prop,
         "kernel": kernel.name,
         "target": getattr(kernel, "target", None),
+        "backend": getattr(kernel, "backend", None),
         "conventions": _conventions_json(conventions),
         "inputs": {k: encode_array(v) for k, v in inputs.items()},
         "message": message,
@@ -79,21 +92,63 @@ def save(*, op: str, prop: str, kernel: Any, conventions: Any, inputs: dict[str,
     return str(path)
 
 
+#: The fields every counterexample holds, with their JSON types.
+_FIELDS: dict[str, type | tuple[type, ...]] = {
+    "op": str, "property": str, "kernel": str, "conventions": dict, "inputs": dict, "message": str,
+}
+#: The inputs each op needs.
+_INPUTS = {"softmax": ("x",), "attention": ("q", "k", "v")}
+
+
 def load(path: str | Path) -> dict[str, Any]:
-    """Read and validate a counterexample file; a clear ValueError when it is not one."""
+    """Read and validate a counterexample file; a one-line ValueError naming the file and the
+    field when it is not one (missing key, unknown property, bad hex, bad shape)."""
     try:
         record = json.loads(Path(path).read_text())
     except FileNotFoundError:
         raise ValueError(f"no counterexample file at {path}") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise ValueError(f"cannot read {path}: {err}") from None
     except json.JSONDecodeError as err:
         raise ValueError(f"{path} is not JSON ({err.msg} at line {err.lineno})") from None
     if not isinstance(record, dict) or record.get("schema") != SCHEMA:
         raise ValueError(f"{path} is not an onlinesm counterexample (expected schema {SCHEMA!r})")
+    for field, kind in _FIELDS.items():
+        if field not in record:
+            raise ValueError(f"{path}: the field {field!r} is missing; the file is damaged "
+                             "(re-run onlinesm check to write a new one)")
+        if not isinstance(record[field], kind):
+            raise ValueError(f"{path}: the field {field!r} is a {type(record[field]).__name__}, "
+                             f"expected a {getattr(kind, '__name__', 'value')}")
+    op = record["op"]
+    if op not in _INPUTS:
+        raise ValueError(f"{path}: op={op!r} is not an op; expected softmax or attention")
+    from onlinesm.properties import ATTENTION_PROPERTIES, SOFTMAX_PROPERTIES
+
+    registry = SOFTMAX_PROPERTIES if op == "softmax" else ATTENTION_PROPERTIES
+    if record["property"] not in registry:
+        raise ValueError(f"{path}: property={record['property']!r} is not a {op} property; "
+                         f"expected one of {', '.join(registry)}")
+    for name in _INPUTS[op]:
+        if name not in record["inputs"]:
+            raise ValueError(f"{path}: inputs.{name} is missing; a {op} counterexample needs "
+                             f"{', '.join(_INPUTS[op])}")
     return record
 
 
+def _decode_field(path: str | Path, name: str, value: Any) -> Any:
+    """decode_array, with a failure that names the file and the field."""
+    try:
+        return decode_array(value)
+    except (KeyError, TypeError) as err:
+        raise ValueError(f"{path}: inputs.{name} lacks {err}; expected dtype, shape and hex "
+                         "(or bits for a mask)") from None
+    except ValueError as err:
+        raise ValueError(f"{path}: inputs.{name} cannot be decoded: {err}") from None
+
+
 def replay(path: str | Path, fn: Callable[..., Any] | None = None, *, device: str | None = None,
-           backend: str | None = None) -> tuple[bool, str]:
+           backend: str | None = None, deadline: float | None = None) -> tuple[bool, str]:
     """Re-run the saved property on the saved input: (holds now, message).
 
     ``fn`` defaults to the kernel named by the file's target (a kernel that cannot be imported
@@ -110,17 +165,27 @@ def replay(path: str | Path, fn: Callable[..., Any] | None = None, *, device: st
         from onlinesm.targets import load_target
 
         fn = load_target(record["target"])
-    c = dict(record["conventions"])
-    c["empty_lse"] = float(c["empty_lse"])
-    c["numerics"] = Numerics(**c["numerics"])
-    conv = Conventions(**c)
-    inputs = {k: decode_array(v) for k, v in record["inputs"].items()}
-    kernel = Kernel(fn, op=record["op"], device=device, backend=backend, name=record["kernel"])
+    try:
+        c = dict(record["conventions"])
+        c["empty_lse"] = float(c["empty_lse"])
+        c["numerics"] = Numerics(**c["numerics"])
+        conv = Conventions(**c)
+    except (KeyError, TypeError, ValueError) as err:
+        raise ValueError(f"{path}: the field 'conventions' is damaged ({type(err).__name__}: {err})") from None
+    inputs = {k: _decode_field(path, k, v) for k, v in record["inputs"].items()}
+    backend = backend or record.get("backend")  # the kernel is called as it was when it failed
+    if backend not in (None, "torch", "numpy"):
+        raise ValueError(f"{path}: backend={backend!r} is not a backend; expected torch or numpy")
+    kernel = Kernel(fn, op=record["op"], device=device, backend=backend, name=record["kernel"],
+                    deadline=deadline)
     try:
         if record["op"] == "softmax":
             SOFTMAX_PROPERTIES[record["property"]](kernel, inputs["x"], conv)
         else:
-            inp = AttentionInputs(**inputs)
+            try:
+                inp = AttentionInputs(**inputs)
+            except TypeError as err:
+                raise ValueError(f"{path}: the field 'inputs' is damaged ({err})") from None
             ATTENTION_PROPERTIES[record["property"]](kernel, inp, conv)
     except (PropertyFailure, KernelError) as err:
         return False, str(err)

@@ -1,10 +1,16 @@
 """Calling a user's kernel: convert the inputs, check the call contract, return numpy.
 
-Every call a property makes goes through :class:`Kernel`, so the contract of DESIGN.md
-section 3 is checked on every generated input, not once: the kernel must not raise, hang,
-return the wrong type, shape, dtype or device, or modify its inputs. A violation raises
-:class:`KernelError` with one line that names the kernel, the input's shape and dtype, and
-what was wrong; the property engine turns it into a counterexample like any other failure.
+Every call a property makes goes through :class:`Kernel`, so the call contract
+(docs/conventions.md) is checked on every generated input, not once: the kernel must not raise,
+exit, hang, return the wrong type, shape, dtype or device, or modify its inputs. A violation
+raises :class:`KernelError` with one line that names the kernel, the input's shape and dtype,
+and what was wrong; the property engine turns it into a counterexample like any other failure.
+
+Hangs: each call runs on a helper thread under a deadline (:mod:`onlinesm.devices` picks it
+from the device). The first call of each new variant (dtype and power-of-two shape bucket) gets
+an extra compile allowance, so that JIT compilation is never reported as a hang. After one hang
+the kernel is marked ``hung`` and never called again: a hung thread cannot be killed, and a
+second call would only queue behind it.
 
 Kernels may take torch tensors (the default when torch is installed) or numpy arrays
 (``backend="numpy"``, or detected on the first call).
@@ -21,25 +27,40 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import inspect
+import re
 import threading
 from typing import Any, Callable
 
 import numpy as np
 
+from onlinesm.devices import default_compile_allowance, default_deadline
 from onlinesm.dtypes import resolve, same_bits, to_numpy, to_torch
+from onlinesm.errors import UsageError
 
-__all__ = ["Kernel", "KernelError", "AttentionInputs", "describe_array"]
-
-#: Seconds one kernel call may take before it is reported as hung (the first call compiles).
-DEFAULT_TIMEOUT = 300.0
+__all__ = ["Kernel", "KernelError", "AttentionInputs", "describe_array", "accepts_keyword",
+           "hung_threads_alive", "hung_call_count"]
 
 
 class KernelError(Exception):
-    """The kernel broke the call contract on some input; ``str(err)`` is a one-line diagnosis."""
+    """The kernel broke the call contract on some input; ``str(err)`` is a one-line diagnosis.
 
-    def __init__(self, kind: str, message: str) -> None:
+    ``kind`` names the breach (raised | exit | hung | type | shape | dtype | device |
+    modified_input), ``detail`` says what was wrong without the input, and ``what`` describes
+    the input: two errors with the same ``(kind, detail)`` are the same breach.
+    """
+
+    def __init__(self, kind: str, message: str, *, detail: str = "", what: str = "") -> None:
         super().__init__(message)
-        self.kind = kind  # raised | hung | type | shape | dtype | device | modified_input
+        self.kind = kind
+        on = re.search(r" \(on (.*)\)$", message)  # "... (on input float32[1, 4])"
+        self.detail = detail or (message[:on.start()] if on else message)
+        self.what = what or (on.group(1) if on else "")
+
+    @property
+    def breach(self) -> tuple[str, str]:
+        """The breach without its input: equal for the same bug met on other inputs."""
+        return self.kind, self.detail
 
 
 @dataclasses.dataclass
@@ -75,12 +96,32 @@ def _call_with_timeout(fn: Callable[[], Any], timeout: float | None) -> tuple[bo
         except BaseException as err:  # noqa: BLE001
             box["error"] = err
 
-    thread = threading.Thread(target=target, daemon=True)
+    thread = threading.Thread(target=target, daemon=True, name="onlinesm-kernel-call")
     thread.start()
     thread.join(timeout)
     if thread.is_alive():
+        _HUNG_THREADS.append(thread)
         return False, None, None
     return True, box.get("result"), box.get("error")
+
+
+#: Threads left behind by hung calls; they cannot be killed (see :func:`hung_threads_alive`).
+_HUNG_THREADS: list[threading.Thread] = []
+
+
+def hung_threads_alive(since: int = 0) -> bool:
+    """Whether a kernel call that hung (the ``since``-th or later) still runs on its thread.
+
+    Such a thread cannot be stopped, and it may hold the GPU or a lock that interpreter
+    shutdown waits for: a command line run ends with ``os._exit`` after writing its report.
+    ``since`` is :func:`hung_call_count` taken when the run started.
+    """
+    return any(t.is_alive() for t in _HUNG_THREADS[since:])
+
+
+def hung_call_count() -> int:
+    """How many kernel calls have hung in this process so far."""
+    return len(_HUNG_THREADS)
 
 
 class Kernel:
@@ -99,7 +140,8 @@ class Kernel:
         backend: str | None = None,
         device: str | None = None,
         name: str | None = None,
-        timeout: float | None = DEFAULT_TIMEOUT,
+        deadline: float | None = None,
+        compile_allowance: float | None = None,
         extra_kwargs: dict[str, Any] | None = None,
         target: str | None = None,
     ) -> None:
@@ -113,28 +155,61 @@ class Kernel:
         self.op = op
         self.target = target  # "pkg.mod:fn" when loaded by name, so a replay can import it
         self.name = name or getattr(fn, "__name__", None) or repr(fn)
-        self.timeout = timeout
         self.extra_kwargs = dict(extra_kwargs or {})
         if backend is None:
             backend = "torch" if _torch_available() else "numpy"
         self.backend = backend
         self.device = device or (_default_device() if backend == "torch" else "cpu")
-        self.accepts_return_lse = _accepts_keyword(fn, "return_lse")
+        if self.device == "cuda" and (backend != "torch" or _default_device() != "cuda"):
+            raise UsageError("device cuda was asked for, but " + (
+                f"backend={backend!r} kernels run on the CPU; use device='cpu'" if backend != "torch"
+                else "torch sees no CUDA device on this machine; use --device cpu"))
+        #: seconds a call may take (None: no limit); the first call of a variant gets more
+        self.deadline = default_deadline(self.device) if deadline is None else deadline
+        self.compile_allowance = (default_compile_allowance(self.device)
+                                  if compile_allowance is None else compile_allowance)
+        if self.deadline is not None and self.deadline <= 0:
+            raise UsageError(f"deadline={deadline!r} must be a positive number of seconds")
+        self._seen_variants: set[tuple[Any, ...]] = set()
+        #: the input the kernel hung on, once it has: the kernel is not called again
+        self.hung: str | None = None
+        self.accepts_return_lse = bool(accepts_keyword(fn, "return_lse"))
 
     # -- the generic call ---------------------------------------------------------------------
 
+    def _variant(self, arrays: tuple[Any, ...]) -> tuple[Any, ...]:
+        """The compiled variant a call probably hits: dtypes and power-of-two shape buckets."""
+        return tuple((str(getattr(a, "dtype", "")),
+                      tuple(1 << max(int(n) - 1, 0).bit_length() for n in getattr(a, "shape", ())))
+                     for a in arrays if a is not None)
+
     def _invoke(self, args: tuple[Any, ...], kwargs: dict[str, Any], what: str) -> Any:
+        if self.hung is not None:
+            raise KernelError("hung", f"{self.name} was not called on {what}: it hung earlier on "
+                              f"{self.hung}", detail="hung earlier", what=what)
         kwargs = {**self.extra_kwargs, **kwargs}
-        finished, result, error = _call_with_timeout(lambda: self.fn(*args, **kwargs), self.timeout)
+        variant = self._variant(args)
+        deadline = self.deadline
+        if deadline is not None and variant not in self._seen_variants:
+            deadline += self.compile_allowance  # the first call of a variant may compile
+        finished, result, error = _call_with_timeout(lambda: self.fn(*args, **kwargs), deadline)
         if not finished:
-            raise KernelError("hung", f"{self.name} did not return within {self.timeout:.0f} s on {what}")
+            self.hung = what
+            raise KernelError("hung", f"{self.name} did not return within {deadline:.0f} s on {what} "
+                              "(a hang; raise the deadline with --deadline SECONDS if the kernel is "
+                              "just slow)", detail="did not return", what=what)
+        self._seen_variants.add(variant)
         if error is not None:
-            if isinstance(error, (KeyboardInterrupt, SystemExit)):
+            if isinstance(error, KeyboardInterrupt):
                 raise error
+            if isinstance(error, SystemExit):
+                detail = f"called sys.exit({error.code!r})"
+                raise KernelError("exit", f"{self.name} {detail} on {what}", detail=detail,
+                                  what=what) from None
             first = str(error).strip().splitlines()[0] if str(error).strip() else ""
-            raise KernelError(
-                "raised", f"{self.name} raised {type(error).__name__}: {first} (on {what})"
-            ) from error
+            detail = f"raised {type(error).__name__}: {first}"
+            raise KernelError("raised", f"{self.name} {detail} (on {what})", detail=detail,
+                              what=what) from error
         return result
 
     def _to_backend(self, a: np.ndarray | None) -> Any:
@@ -168,7 +243,9 @@ class Kernel:
     def _check_unchanged(self, sent: Any, original: np.ndarray, what: str, name: str) -> None:
         after = to_numpy(sent) if self.backend == "torch" else sent
         if not same_bits(after, original):
-            raise KernelError("modified_input", f"{self.name} modified its input {name} in place (on {what})")
+            detail = f"modified its input {name} in place"
+            raise KernelError("modified_input", f"{self.name} {detail}: {_changed(original, after, name)} "
+                              f"(on {what})", detail=detail, what=what)
 
     # -- softmax ------------------------------------------------------------------------------
 
@@ -239,11 +316,32 @@ def _default_device() -> str:
     return "cuda" if torch.cuda.is_available() else "cpu"
 
 
-def _accepts_keyword(fn: Callable[..., Any], name: str) -> bool:
-    import inspect
-
+def accepts_keyword(fn: Callable[..., Any], name: str) -> bool | None:
+    """Whether ``fn`` takes keyword ``name``: True, False, or None when it cannot be told
+    (no signature, or ``**kwargs``, which may or may not use it)."""
     try:
         params = inspect.signature(fn).parameters
     except (TypeError, ValueError):
-        return False
-    return name in params
+        return None
+    if name in params:
+        return params[name].kind not in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.VAR_POSITIONAL)
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return None
+    return False
+
+
+def _changed(before: np.ndarray, after: Any, name: str, show: int = 3) -> str:
+    """Which elements an in-place write changed: ``2 of 8 elements changed: x[0, 1] 1.5 -> 0``."""
+    after = np.ascontiguousarray(after)
+    before = np.ascontiguousarray(before)
+    bits = np.dtype(f"u{before.dtype.itemsize}")
+    where = np.argwhere(before.view(bits) != after.view(bits))  # bitwise: -0.0 and NaNs count
+
+    def value(a: np.ndarray, idx: np.ndarray) -> str:
+        v = a[tuple(idx)]
+        return str(bool(v)) if a.dtype == np.bool_ else f"{float(v):.6g}"
+
+    items = ", ".join(f"{name}[{', '.join(str(int(i)) for i in idx)}] {value(before, idx)} -> "
+                      f"{value(after, idx)}" for idx in where[:show])
+    more = f", ... ({len(where) - show} more)" if len(where) > show else ""
+    return f"{len(where)} of {before.size} elements changed: {items}{more}"

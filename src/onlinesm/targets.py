@@ -40,6 +40,9 @@ def load_target(target: str) -> Callable[..., Any]:
             module = importlib.import_module(module_part)
     except TargetError:
         raise
+    except SystemExit as err:  # an exit at import time: nothing could be tested
+        raise TargetError(f"target {target!r}: importing {module_part} called sys.exit({err.code!r}); "
+                          "nothing could be tested") from None
     except Exception as err:  # noqa: BLE001 - any import error is the user's to see, in one line
         raise TargetError(f"target {target!r}: importing {module_part} failed: "
                           f"{type(err).__name__}: {err}") from None

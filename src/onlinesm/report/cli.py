@@ -177,14 +177,13 @@ def _smoke(rk: Any, device: str) -> None:
 
 
 def _select_device(requested: str | None) -> str:
-    from onlinesm.cli import _device
+    from onlinesm.devices import select_device
+    from onlinesm.errors import UsageError
 
-    device = _device(requested)
-    if device == "cuda":
-        import torch
-
-        if not torch.cuda.is_available():
-            raise ValueError("--device cuda but torch sees no CUDA device; use --device cpu")
+    try:
+        device = select_device(requested)
+    except UsageError as err:
+        raise ValueError(str(err)) from None
     try:
         from onlinesm import kernels
 

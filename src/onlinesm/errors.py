@@ -1,0 +1,22 @@
+"""The exceptions that end a run before any verdict: the user's setup, not the kernel, is wrong.
+
+:class:`UsageError` means nothing could be tested: a bad option, an environment that cannot run
+the request (``device="cuda"`` without CUDA), a kernel that cannot be imported, or one that
+fails on the simplest input. The CLI turns it into exit code 2 and one line; the API raises it,
+never ``AssertionError`` (which is kept for a falsified property).
+
+Example:
+    >>> from onlinesm.errors import UsageError
+    >>> raise UsageError("profile='fast' is unknown; use quick, ci or thorough")
+    Traceback (most recent call last):
+    ...
+    onlinesm.errors.UsageError: profile='fast' is unknown; use quick, ci or thorough
+"""
+
+from __future__ import annotations
+
+__all__ = ["UsageError"]
+
+
+class UsageError(Exception):
+    """Nothing could be tested: a bad option or environment, or a kernel that fails at once."""

@@ -1,0 +1,257 @@
+"""A run never lies: hangs, exits, environment errors, damaged replay files, repeated breaches.
+
+Each test reproduces one way a run could give a false verdict or a useless one, with a small
+kernel written here, and checks the honest outcome: the exit code, one clear line, and no
+property reported as passing that did not run.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from onlinesm.check import check_attention, check_softmax, profile_name  # noqa: E402
+from onlinesm.cli import main  # noqa: E402
+from onlinesm.errors import UsageError  # noqa: E402
+
+FAST = dict(seed=0, database=False, save_failures=False, raise_on_failure=False, max_examples=5)
+
+
+def _cli(tmp_path: Path, source: str, *argv: str, timeout: float = 240) -> tuple[int, str, str, float]:
+    """Run ``onlinesm`` in a fresh process on a kernel file written from ``source``."""
+    kernel = tmp_path / "kernels.py"
+    kernel.write_text(textwrap.dedent(source))
+    start = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "onlinesm.cli", *argv], capture_output=True,
+                          text=True, cwd=tmp_path, timeout=timeout)
+    return proc.returncode, proc.stdout, proc.stderr, time.monotonic() - start
+
+
+# ---------------------------------------------------------------------------------------------
+# 1. A hang ends the run in about one deadline, with exit 1 and the input that hung
+
+HANGS_ON_LONG_ROWS = """
+    import time, torch
+
+    def softmax(x):
+        if x.shape[-1] > 500:
+            time.sleep(3600)   # a hang: never returns
+        return torch.softmax(x.float(), -1).to(x.dtype)
+"""
+
+
+def test_a_hang_stops_the_run_and_every_later_property_is_not_run(tmp_path: Path) -> None:
+    code, out, err, seconds = _cli(tmp_path, HANGS_ON_LONG_ROWS, "check", "kernels.py:softmax",
+                                   "--op", "softmax", "--dtypes", "float32,bfloat16",
+                                   "--fully-masked", "nan", "--seed", "0", "--deadline", "3", "-q")
+    assert code == 1, out + err
+    assert seconds < 60, f"the run took {seconds:.0f} s for a 3 s deadline"
+    assert "hung on input float32[" in out
+    assert "did not return within 3 s" in out
+    assert "not run (kernel hung on" in out
+    # nothing after the hang is reported as a pass: the bfloat16 column never ran
+    bf16 = [line.split("|")[3].strip() for line in out.splitlines() if line.startswith("| ")][1:]
+    assert bf16 and all(cell == "not run" for cell in bf16), out
+    assert out.count("FAILED deterministic") == 1
+
+
+def test_compilation_time_of_a_new_variant_is_not_a_hang() -> None:
+    """The first call of each (dtype, shape bucket) gets the compile allowance on top."""
+    from onlinesm.harness import Kernel
+
+    calls: list[tuple[int, ...]] = []
+
+    def compiles_on_first_call(x):
+        if tuple(x.shape) not in calls:
+            calls.append(tuple(x.shape))
+            time.sleep(0.6)  # "JIT compilation" of this variant
+        return torch.softmax(x, -1)
+
+    k = Kernel(compiles_on_first_call, op="softmax", deadline=0.3, compile_allowance=2.0)
+    k.softmax(np.zeros((2, 8), np.float32))           # first call of the variant: allowed
+    assert k.hung is None
+    calls.clear()                                     # the same bucket again, slow: a hang
+    with pytest.raises(Exception, match="did not return within 0 s"):
+        k.softmax(np.zeros((2, 7), np.float32))
+    assert k.hung is not None
+    with pytest.raises(Exception, match="it hung earlier"):  # never called again
+        k.softmax(np.zeros((2, 8), np.float32))
+
+
+def test_the_deadline_is_a_keyword_of_the_api_and_checked() -> None:
+    with pytest.raises(UsageError, match="deadline=-1"):
+        check_softmax(lambda x: torch.softmax(x, -1), deadline=-1, **FAST)
+
+
+# ---------------------------------------------------------------------------------------------
+# 2. sys.exit inside a kernel is a failure; at import time nothing could be tested
+
+def test_sys_exit_in_a_kernel_fails_the_run(tmp_path: Path) -> None:
+    code, out, err, _ = _cli(tmp_path, """
+        import sys, torch
+
+        def softmax(x):
+            if x.shape[-1] > 500:
+                sys.exit(0)
+            return torch.softmax(x.float(), -1).to(x.dtype)
+    """, "check", "kernels.py:softmax", "--op", "softmax", "--dtypes", "float32",
+                             "--properties", "accuracy", "--seed", "0", "-q")
+    assert code == 1, out + err
+    assert "called sys.exit(0) on input float32[" in out
+
+
+def test_sys_exit_at_import_is_exit_2(tmp_path: Path) -> None:
+    code, out, err, _ = _cli(tmp_path, """
+        import sys
+        sys.exit(0)
+        def softmax(x):
+            return x
+    """, "check", "kernels.py:softmax", "--op", "softmax")
+    assert code == 2, out + err
+    assert "called sys.exit(0); nothing could be tested" in err
+    assert len(err.strip().splitlines()) == 1
+
+
+# ---------------------------------------------------------------------------------------------
+# 3. Environment errors are usage errors (exit 2, UsageError), not kernel bugs
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_cuda_without_cuda_is_a_usage_error(tmp_path: Path, capsys) -> None:
+    with pytest.raises(UsageError, match="torch sees no CUDA device"):
+        check_softmax(lambda x: torch.softmax(x, -1), device="cuda", **FAST)
+    assert main(["check", "onlinesm.reference:softmax_offline", "--op", "softmax", "--device", "cuda"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "no CUDA device" in err and len(err.splitlines()) == 1
+    saved = _saved_counterexample(tmp_path)
+    assert main(["replay", str(saved), "--device", "cuda"]) == 2
+    assert "no CUDA device" in capsys.readouterr().err
+
+
+def test_usage_error_is_not_an_assertion_error() -> None:
+    assert not issubclass(UsageError, AssertionError)
+
+
+# ---------------------------------------------------------------------------------------------
+# 4. check --report DIR is validated before the run
+
+def test_an_unwritable_report_dir_fails_before_the_run(tmp_path: Path, capsys) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    start = time.monotonic()
+    code = main(["check", "onlinesm.reference:softmax_offline", "--op", "softmax",
+                 "--report", str(blocker / "sub"), "-q"])
+    assert code == 2
+    assert time.monotonic() - start < 10  # nothing ran
+    captured = capsys.readouterr()
+    assert "cannot write the report" in captured.err and captured.out == ""
+
+
+# ---------------------------------------------------------------------------------------------
+# 5. replay of a damaged file: exit 2, one line naming the file and the field
+
+def _saved_counterexample(tmp_path: Path) -> Path:
+    from onlinesm import counterexample
+    from onlinesm.harness import Kernel
+    from onlinesm.properties import Conventions
+    from onlinesm.reference import softmax_offline
+
+    kernel = Kernel(softmax_offline, op="softmax", backend="numpy", target="onlinesm.reference:softmax_offline")
+    path = counterexample.save(op="softmax", prop="accuracy", kernel=kernel, conventions=Conventions(),
+                               inputs={"x": np.array([[1.0, 2.0]], np.float32)}, message="m",
+                               directory=tmp_path)
+    return Path(path)
+
+
+@pytest.mark.parametrize("damage,words", [
+    (lambda r: r.pop("property"), "the field 'property' is missing"),
+    (lambda r: r.update(property="acuracy"), "property='acuracy' is not a softmax property"),
+    (lambda r: r["inputs"]["x"].update(hex=["zz", "3f80"]), "inputs.x cannot be decoded: bad hex"),
+    (lambda r: r["inputs"]["x"].update(shape=[3, 3]), "do not fill the shape [3, 3]"),
+    (lambda r: r["inputs"].pop("x"), "inputs.x is missing"),
+    (lambda r: r["conventions"].update(fully_masked="maybe"), "the field 'conventions' is damaged"),
+])
+def test_replay_of_a_damaged_file_names_the_file_and_field(tmp_path: Path, capsys, damage, words) -> None:
+    path = _saved_counterexample(tmp_path)
+    record = json.loads(path.read_text())
+    damage(record)
+    path.write_text(json.dumps(record))
+    assert main(["replay", str(path), "--device", "cpu"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert str(path) in err and words in err, err
+    assert len(err.splitlines()) == 1 and "Traceback" not in err
+
+
+def test_replay_of_an_intact_file_still_works(tmp_path: Path, capsys) -> None:
+    assert main(["replay", str(_saved_counterexample(tmp_path)), "--device", "cpu"]) == 0
+    assert "now holds" in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------------------------------------
+# 6. One contract breach is reported once, with the properties it broke
+
+def test_a_breach_met_by_many_properties_is_reported_once(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+
+    def returns_float64(x):
+        return torch.softmax(x.double(), -1)
+
+    result = check_softmax(returns_float64, dtypes=["float32"], seed=0, database=False,
+                           raise_on_failure=False, max_examples=3, fully_masked="nan")
+    failed = [o for o in result.outcomes if o.status == "failed"]
+    assert len(failed) >= 5
+    (failure,) = result.failures
+    assert "as float64, expected float32" in failure.message
+    assert len(failure.also) == len(failed) - 1
+    text = result.report()
+    assert f"the same breach in {len(failed)} properties" in text
+    assert text.count("FAILED ") == 2  # the verdict line and the one failure block
+    assert len(list((tmp_path / ".onlinesm" / "failures").glob("*.json"))) == 1
+
+
+def test_a_missing_mask_keyword_suggests_the_flag() -> None:
+    def no_mask(q, k, v, *, causal=False, scale=None):
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)
+
+    with pytest.raises(UsageError, match=r"takes no 'mask' keyword.*--no-mask"):
+        check_attention(no_mask, **FAST)
+
+
+def test_an_in_place_write_shows_the_changed_elements() -> None:
+    def writes_input(x):
+        y = torch.softmax(x.float(), -1).to(x.dtype)
+        x[..., 0] = 0.0
+        return y
+
+    result = check_softmax(writes_input, dtypes=["float32"], properties=["accuracy"], **FAST)
+    (failure,) = result.failures
+    assert "modified its input x in place" in failure.message
+    assert "elements changed: x[0, 0]" in failure.message and "-> 0" in failure.message
+
+
+# ---------------------------------------------------------------------------------------------
+# 7. Profiles are spelled the same way everywhere
+
+def test_profiles_accept_both_spellings() -> None:
+    assert profile_name("quick") == profile_name("onlinesm-quick") == "onlinesm-quick"
+    assert check_softmax(lambda x: torch.softmax(x, -1), profile="ci", fully_masked="nan",
+                         dtypes=["float32"], properties=["range"], **FAST).passed
+    with pytest.raises(UsageError, match="profile='fast' is unknown; use one of quick, ci, thorough"):
+        profile_name("fast")
+
+
+def test_the_cli_accepts_the_long_profile_name(capsys) -> None:
+    assert main(["check", "onlinesm.reference:softmax_offline", "--op", "softmax", "--backend", "numpy",
+                 "--profile", "onlinesm-ci", "--dtypes", "float32", "--properties", "range",
+                 "--max-examples", "3", "--seed", "0", "-q"]) == 0
+    assert main(["check", "onlinesm.reference:softmax_offline", "--op", "softmax",
+                 "--profile", "fast"]) == 2
+    assert "profile='fast' is unknown" in capsys.readouterr().err
