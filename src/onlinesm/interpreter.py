@@ -91,14 +91,15 @@ def f32_to_bf16_bits(x: Any, rounding: str = "rtne") -> np.ndarray:
     mode = rounding.strip().lower()
     if mode not in ("rtne", "rtz"):
         raise ValueError(f"rounding={rounding!r} is not supported; use 'rtne' or 'rtz'")
-    bits = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
+    values = np.asarray(x, dtype=np.float32)
+    bits = np.ascontiguousarray(values).view(np.uint32)  # at least 1-d
     is_nan = (bits & np.uint32(0x7FFFFFFF)) > np.uint32(0x7F800000)
     if mode == "rtne":
         with np.errstate(over="ignore"):  # only NaNs can wrap around, and they are replaced
             bits = bits + (np.uint32(0x7FFF) + ((bits >> np.uint32(16)) & np.uint32(1)))
     kept = bits >> np.uint32(16)
-    quiet_nan = (np.ascontiguousarray(x, dtype=np.float32).view(np.uint32) >> np.uint32(16)) | np.uint32(0x0040)
-    return np.where(is_nan, quiet_nan, kept).astype(np.uint16)
+    quiet_nan = (np.ascontiguousarray(values).view(np.uint32) >> np.uint32(16)) | np.uint32(0x0040)
+    return np.where(is_nan, quiet_nan, kept).astype(np.uint16).reshape(values.shape)
 
 
 def _mode_name(rounding_mode: Any) -> str:
