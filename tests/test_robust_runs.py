@@ -255,3 +255,75 @@ def test_the_cli_accepts_the_long_profile_name(capsys) -> None:
     assert main(["check", "onlinesm.reference:softmax_offline", "--op", "softmax",
                  "--profile", "fast"]) == 2
     assert "profile='fast' is unknown" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------------------------------------
+# 9. A kernel's own noise (a compiler writing to fd 2) is one line and a log file
+
+def test_a_kernel_that_floods_stderr_is_summarised_in_one_line(tmp_path: Path) -> None:
+    code, out, err, _ = _cli(tmp_path, """
+        import os, torch
+
+        def softmax(x):
+            if x.shape[-1] > 500:
+                os.write(2, b"ptxas fatal : crashed\\n" + b"  .reg .f32 %f<99>;\\n" * 5000)
+                raise RuntimeError("PassManager::run failed")
+            return torch.softmax(x.float(), -1).to(x.dtype)
+    """, "check", "kernels.py:softmax", "--op", "softmax", "--dtypes", "float32",
+                             "--properties", "accuracy", "--seed", "0", "-q")
+    assert code == 1, out + err
+    assert ".reg .f32" not in out + err  # the flood went to the log, not the terminal
+    assert "raised RuntimeError: PassManager::run failed" in out
+    assert "the kernel wrote 5,001 lines of output: 'ptxas fatal : crashed'" in out
+    logs = list((tmp_path / ".onlinesm" / "logs").glob("*.log"))
+    assert logs and ".reg .f32" in logs[0].read_text()
+
+
+# ---------------------------------------------------------------------------------------------
+# 8. Under Triton's interpreter a user's bf16 store rounds to nearest even, as on the GPU
+
+LIGER_STYLE = """
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def _softmax_kernel(x_ptr, y_ptr, stride, n_cols, BLOCK: tl.constexpr):
+    row = tl.program_id(0)
+    offs = tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + row * stride + offs, mask=offs < n_cols, other=-float("inf")).to(tl.float32)
+    m = tl.max(x, axis=0)
+    e = tl.where(offs < n_cols, tl.exp(x - m), 0.0)
+    d = tl.sum(e, axis=0)
+    # the fp32 result stored into a bf16 tensor: the GPU rounds to nearest even here
+    tl.store(y_ptr + row * stride + offs, e / d, mask=offs < n_cols)
+
+
+def softmax(x):
+    y = torch.empty_like(x)
+    n = x.shape[-1]
+    _softmax_kernel[(x.shape[0],)](x, y, x.stride(0), n, BLOCK=triton.next_power_of_2(n))
+    return y
+"""
+
+
+@pytest.mark.interpreter
+def test_a_users_triton_bf16_store_rounds_to_nearest_under_the_interpreter(tmp_path: Path, monkeypatch) -> None:
+    import contextlib
+    import importlib.util
+
+    from onlinesm import interpreter
+
+    assert interpreter.interpreted()
+    path = tmp_path / "liger_style.py"
+    path.write_text(LIGER_STYLE)
+    spec = importlib.util.spec_from_file_location("liger_style_softmax", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    opts = dict(dtypes=["bfloat16"], properties=["accuracy"], families=["gaussian", "huge_spread"],
+                min_len=2, max_len=64, **FAST)
+    assert check_softmax(module.softmax, **opts).passed
+    # without the rounding patch the interpreter truncates and the same correct kernel fails
+    monkeypatch.setattr(interpreter, "bf16_round_to_nearest", lambda: contextlib.nullcontext(False))
+    assert not check_softmax(module.softmax, **opts).passed

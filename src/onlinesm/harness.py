@@ -34,6 +34,8 @@ from typing import Any, Callable
 
 import numpy as np
 
+from onlinesm import interpreter
+from onlinesm.capture import captured_output
 from onlinesm.devices import default_compile_allowance, default_deadline
 from onlinesm.dtypes import resolve, same_bits, to_numpy, to_torch
 from onlinesm.errors import UsageError
@@ -173,6 +175,8 @@ class Kernel:
         self._seen_variants: set[tuple[Any, ...]] = set()
         #: the input the kernel hung on, once it has: the kernel is not called again
         self.hung: str | None = None
+        #: where the output of the first successful call that printed anything was saved
+        self.output_log: str | None = None
         self.accepts_return_lse = bool(accepts_keyword(fn, "return_lse"))
 
     # -- the generic call ---------------------------------------------------------------------
@@ -192,23 +196,32 @@ class Kernel:
         deadline = self.deadline
         if deadline is not None and variant not in self._seen_variants:
             deadline += self.compile_allowance  # the first call of a variant may compile
-        finished, result, error = _call_with_timeout(lambda: self.fn(*args, **kwargs), deadline)
+        # What the kernel writes (a compiler's thousands of lines) goes to a log, not the
+        # terminal; under Triton's interpreter fp32 -> bf16 rounds to nearest even, as on a GPU.
+        with captured_output() as out, interpreter.bf16_round_to_nearest():
+            finished, result, error = _call_with_timeout(lambda: self.fn(*args, **kwargs), deadline)
+        note = ""
+        if out.nbytes and (not finished or error is not None):
+            note = f"; the kernel wrote {out.summary(log=out.save(name=self.name))}"
+        elif out.nbytes and self.output_log is None:  # a chatty kernel: keep its first words
+            self.output_log = str(out.save(name=self.name))
+        out.close()
         if not finished:
             self.hung = what
             raise KernelError("hung", f"{self.name} did not return within {deadline:.0f} s on {what} "
                               "(a hang; raise the deadline with --deadline SECONDS if the kernel is "
-                              "just slow)", detail="did not return", what=what)
+                              f"just slow){note}", detail="did not return", what=what)
         self._seen_variants.add(variant)
         if error is not None:
             if isinstance(error, KeyboardInterrupt):
                 raise error
             if isinstance(error, SystemExit):
                 detail = f"called sys.exit({error.code!r})"
-                raise KernelError("exit", f"{self.name} {detail} on {what}", detail=detail,
+                raise KernelError("exit", f"{self.name} {detail} on {what}{note}", detail=detail,
                                   what=what) from None
             first = str(error).strip().splitlines()[0] if str(error).strip() else ""
             detail = f"raised {type(error).__name__}: {first}"
-            raise KernelError("raised", f"{self.name} {detail} (on {what})", detail=detail,
+            raise KernelError("raised", f"{self.name} {detail} (on {what}){note}", detail=detail,
                               what=what) from error
         return result
 
