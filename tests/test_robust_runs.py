@@ -327,3 +327,25 @@ def test_a_users_triton_bf16_store_rounds_to_nearest_under_the_interpreter(tmp_p
     # without the rounding patch the interpreter truncates and the same correct kernel fails
     monkeypatch.setattr(interpreter, "bf16_round_to_nearest", lambda: contextlib.nullcontext(False))
     assert not check_softmax(module.softmax, **opts).passed
+
+
+@pytest.mark.interpreter
+def test_without_the_patch_a_one_ulp_bf16_miss_is_interpreter_suspect(tmp_path: Path, monkeypatch) -> None:
+    import contextlib
+    import importlib.util
+
+    from onlinesm import interpreter
+
+    path = tmp_path / "liger_style2.py"
+    path.write_text(LIGER_STYLE)
+    spec = importlib.util.spec_from_file_location("liger_style_softmax2", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    monkeypatch.setattr(interpreter, "bf16_round_to_nearest", lambda: contextlib.nullcontext(False))
+    monkeypatch.setattr(interpreter, "patch_works", lambda: False)  # as on a future Triton
+    opts = dict(dtypes=["bfloat16"], properties=["accuracy"], families=["gaussian", "huge_spread"],
+                min_len=2, max_len=64, **FAST)
+    result = check_softmax(module.softmax, **opts)
+    assert result.passed and result.outcomes[0].status == "suspect"
+    assert "interpreter-suspect accuracy [bfloat16]" in result.report()
+    assert not check_softmax(module.softmax, strict=True, **opts).passed

@@ -61,6 +61,8 @@ def _add_check(sub: Any) -> None:
                    help="quick, ci or thorough (onlinesm-quick etc. also accepted) [quick]")
     p.add_argument("--deadline", type=_seconds, metavar="SECONDS",
                    help="seconds one kernel call may take before it counts as a hang [cuda 30, cpu 120]")
+    p.add_argument("--strict", action="store_true",
+                   help="fail bf16 misses of one ulp that Triton's interpreter's truncation may cause")
     p.add_argument("--compile-allowance", type=_seconds, metavar="SECONDS",
                    help="extra seconds for the first call of each compiled variant [cuda 240, cpu 0]")
     p.add_argument("--seed", type=int, help="make the run reproducible")
@@ -142,7 +144,7 @@ def _run_check(args: argparse.Namespace) -> int:
         accumulate=args.accumulate, exp=args.exp, families=args.families, properties=args.properties,
         skip=skip, profile=profile, max_examples=args.max_examples, seed=args.seed,
         device=device, backend=args.backend, name=args.target, target=args.target,
-        deadline=args.deadline, compile_allowance=args.compile_allowance,
+        deadline=args.deadline, compile_allowance=args.compile_allowance, strict=args.strict,
         raise_on_failure=False, progress=progress,
     )
     try:

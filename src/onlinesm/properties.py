@@ -76,6 +76,7 @@ class PropertyFailure(AssertionError):
         self.prop = prop
         self.worst_row = worst_row  # which row of the batch failed (softmax), for the minimiser
         self.bound_use = bound_use
+        self.comparison: Any = None  # the Comparison behind a bound failure, when there is one
 
 
 # ---------------------------------------------------------------------------------------------
@@ -92,7 +93,9 @@ def _fail_if(cmp: Any, prop: str, x: np.ndarray, *, name: str, intro: str = "") 
     if not cmp.ok:
         row = cmp.worst_index[0] if cmp.worst_index else None
         text = (intro + "\n" if intro else "") + cmp.message(inputs=x, name=name)
-        raise PropertyFailure(prop, text, worst_row=row, bound_use=cmp.max_bound_use)
+        failure = PropertyFailure(prop, text, worst_row=row, bound_use=cmp.max_bound_use)
+        failure.comparison = cmp  # the worst element, for the interpreter-suspect test
+        raise failure
 
 
 def _fail_at_first(bad: np.ndarray, prop: str, x: np.ndarray,

@@ -7,7 +7,7 @@ In a test module::
 
 The generated test is marked ``onlinesm`` (select with ``-m onlinesm``) and reads these
 options: ``--onlinesm-profile quick|ci|thorough``, ``--onlinesm-seed N``,
-``--onlinesm-max-examples N``, ``--onlinesm-device cpu|cuda``. A failure shows onlinesm's full
+``--onlinesm-max-examples N``, ``--onlinesm-device cpu|cuda``, ``--onlinesm-deadline SECONDS``. A failure shows onlinesm's full
 report (every falsified property, its minimal counterexample and a replay command).
 """
 
@@ -22,8 +22,11 @@ __all__ = ["onlinesm_suite"]
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("onlinesm", "onlinesm property suites")
-    group.addoption("--onlinesm-profile", choices=["quick", "ci", "thorough"], default=None,
-                    help="settings profile of onlinesm's suites [quick]")
+    group.addoption("--onlinesm-profile", default=None,
+                    help="settings profile of onlinesm's suites: quick, ci or thorough [quick]")
+    group.addoption("--onlinesm-deadline", type=float, default=None,
+                    help="seconds one kernel call may take before it counts as a hang "
+                         "[cuda 30, cpu 120]")
     group.addoption("--onlinesm-seed", type=int, default=None, help="seed for reproducible runs")
     group.addoption("--onlinesm-max-examples", type=int, default=None,
                     help="examples per property and dtype")
@@ -51,9 +54,9 @@ def onlinesm_suite(fn: Callable[..., Any], *, op: str = "softmax", **conventions
         kw = dict(conventions)
         profile = pytestconfig.getoption("--onlinesm-profile", None)
         if profile:
-            kw["profile"] = f"onlinesm-{profile}"
+            kw["profile"] = profile  # "quick" or "onlinesm-quick": both are accepted
         for opt, key in (("--onlinesm-seed", "seed"), ("--onlinesm-max-examples", "max_examples"),
-                         ("--onlinesm-device", "device")):
+                         ("--onlinesm-device", "device"), ("--onlinesm-deadline", "deadline")):
             value = pytestconfig.getoption(opt, None)
             if value is not None:
                 kw[key] = value
