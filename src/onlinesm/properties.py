@@ -21,7 +21,8 @@ import numpy as np
 from onlinesm import oracle
 from onlinesm.dtypes import resolve, same_bits
 from onlinesm.harness import AttentionInputs, Kernel
-from onlinesm.tolerance import Numerics, attention_bound, compare, relation_bound, rowsum_bound, softmax_bound
+from onlinesm.declarations import Conventions
+from onlinesm.tolerance import attention_bound, compare, relation_bound, rowsum_bound, softmax_bound
 
 __all__ = [
     "Conventions",
@@ -30,41 +31,6 @@ __all__ = [
     "ATTENTION_PROPERTIES",
     "regular_rows",
 ]
-
-
-@dataclasses.dataclass(frozen=True)
-class Conventions:
-    """What a kernel declares about itself (DESIGN.md section 3); defaults in brackets.
-
-    - ``fully_masked``: a row with no finite input / no visible key gives ``"zeros"`` (lse
-      -inf), ``"nan"`` (torch.softmax), or ``"any"`` ["zeros"];
-    - ``causal_align``: ``"top-left"`` (SDPA) or ``"bottom-right"`` (FlashAttention 2+) ["top-left"];
-    - ``lse_base``: ``"e"`` or ``"2"`` ["e"]; ``empty_lse``: lse of a fully masked row,
-      ``-inf`` or ``+inf`` [-inf];
-    - ``batch_invariant`` [False]: a row's result is bitwise independent of the batch;
-      ``deterministic`` [True]: two identical calls are bitwise equal;
-    - ``numerics``: accumulation dtype, exp class, tf32, P's dtype: they set the bound's terms.
-    """
-
-    fully_masked: str = "zeros"
-    causal_align: str = "top-left"
-    lse_base: str = "e"
-    empty_lse: float = -np.inf
-    batch_invariant: bool = False
-    deterministic: bool = True
-    numerics: Numerics = dataclasses.field(default_factory=Numerics)
-
-    def __post_init__(self) -> None:
-        if self.fully_masked not in ("zeros", "nan", "any"):
-            raise ValueError(f"fully_masked={self.fully_masked!r} is not a convention; "
-                             "use 'zeros', 'nan' or 'any'")
-        if self.causal_align not in ("top-left", "bottom-right"):
-            raise ValueError(f"causal_align={self.causal_align!r} is not supported; "
-                             "use 'top-left' or 'bottom-right'")
-        if self.lse_base not in ("e", "2"):
-            raise ValueError(f"lse_base={self.lse_base!r} is not supported; use 'e' or '2'")
-        if not np.isinf(self.empty_lse):
-            raise ValueError(f"empty_lse={self.empty_lse!r} must be -inf or +inf")
 
 
 class PropertyFailure(AssertionError):
