@@ -497,14 +497,15 @@ def measure_attention_accuracy(kernel: Kernel, inp: AttentionInputs, conv: Conve
     res = Measurement("accuracy", ok=cmp.ok, max_bound_use=cmp.max_bound_use)
     if not cmp.ok:
         res.message = cmp.message(inputs=_attention_inputs_text(inp, conv), name="attention o")
-    elif lse is not None:
+    if lse is not None:
         got = np.where(rows, _lse_natural(lse, conv), lb.exact)
-        cmp = compare(got, lb.exact, lb, out_dtype=np.float32)
         parts.append((_lse_natural(lse, conv)[rows], lb.exact[rows], lb.abs[rows]))
-        res.ok, res.max_bound_use = cmp.ok, max(res.max_bound_use, cmp.max_bound_use)
-        if not cmp.ok:
-            res.message = cmp.message(inputs=_attention_inputs_text(inp, conv),
-                                      name="attention lse")
+        if res.ok:  # the message names the first failing output: o, then lse
+            cmp = compare(got, lb.exact, lb, out_dtype=np.float32)
+            res.ok, res.max_bound_use = cmp.ok, max(res.max_bound_use, cmp.max_bound_use)
+            if not cmp.ok:
+                res.message = cmp.message(inputs=_attention_inputs_text(inp, conv),
+                                          name="attention lse")
     res.actual, res.exact, res.allowed = (np.concatenate([np.ravel(p[i]) for p in parts])
                                           for i in range(3))
     return res
