@@ -5,7 +5,7 @@ return_lse=False)`` computes ``softmax(q @ k^T * scale + mask) @ v`` one query t
 streaming over key/value tiles and never writing the [Sq, Sk] score matrix to memory.
 
 Why: it is onlinesm's own attention kernel, the one the property suite and the report run on,
-so it follows DESIGN.md section 3 to the letter: q ``[B, H, Sq, D]``, k and v ``[B, Hkv, Sk, D]``
+so it follows docs/conventions.md to the letter: q ``[B, H, Sq, D]``, k and v ``[B, Hkv, Sk, D]``
 (grouped-query: Hkv divides H, query head h reads kv head ``h // (H // Hkv)``), bf16 / fp16 /
 fp32, head dims 16..256 (non-powers of two are padded in-kernel with masked loads), any Sq and
 Sk, causal top-left (SDPA: key j visible to query i iff ``j <= i``) or bottom-right

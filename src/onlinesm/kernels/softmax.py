@@ -19,7 +19,7 @@ Why three kernels (the launcher picks one per call):
   bounded: a wait that times out writes NaN instead of hanging. The interpreter runs programs one
   after another, so it never takes this path.
 
-Numerics, in the order they bite (DESIGN.md section 6, seeds section 7):
+Numerics, in the order they bite (docs/conventions.md, seeds section 7):
 
 * The running max starts at -inf, never at a finite sentinel: rows whose values all lie below
   -1e30 are ordinary rows. ``exp(-inf - -inf)`` would be NaN, so wherever the max can still be

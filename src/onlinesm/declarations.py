@@ -1,0 +1,242 @@
+"""What a kernel declares about itself, as values: :class:`Numerics` and :class:`Conventions`.
+
+What: two frozen dataclasses. They validate when built (a wrong value raises ``ValueError``
+with one line ``name=value ...`` that says the fix), round-trip through JSON
+(``to_json()`` / ``from_json()``, as saved counterexamples and reports store them), and
+resolve ``p_dtype="input"`` in one place (:meth:`Numerics.for_dtype`).
+
+Why values: the bound a kernel is held to, and the conventions its special rows are checked
+against, follow from these declarations only; check, report and replay must read the same
+ones. See ``docs/conventions.md`` for the defaults and what each one means.
+
+Example:
+    >>> n = Numerics(exp="accurate", p_dtype="input")
+    >>> n.for_dtype("bf16").p_dtype
+    'bfloat16'
+    >>> c = Conventions(fully_masked="nan", numerics=n)
+    >>> Conventions.from_json(c.to_json()) == c
+    True
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from typing import Any
+
+from onlinesm.dtypes import FloatFormat, resolve
+
+__all__ = ["Numerics", "Conventions", "EXP_CLASSES", "FULLY_MASKED", "NONFINITE"]
+
+#: exp accuracy classes: (arg coefficient, exp's |z| coefficient, exp's constant, in units of
+#: u of the working precision; division error in u; description).
+EXP_CLASSES: dict[str, tuple[float, float, float, float, str]] = {
+    "fast": (1.0, 1.25, 5.0, 4.0,
+             "fast GPU exp (Triton tl.exp = ex2.approx(x·log2e)): (1.25|z| + 5)u"),
+    "exp2": (2.25, 0.0, 4.2, 4.0, "ex2.approx on (x - m)·log2e: 2.05 ulp, argument 2.25u|z|"),
+    "accurate": (1.0, 0.0, 4.0, 2.0, "accurate exp (libm, torch.exp): 2 ulp"),
+    "exact": (1.0, 0.0, 1.0, 2.0, "correctly rounded exp: 0.5 ulp"),
+}
+_EXP_ALIASES = {
+    "correctly_rounded": "exact", "tl.exp": "fast", "ex2.approx": "exp2", "libm": "accurate",
+    "torch": "accurate",
+}
+
+#: The conventions for a fully masked row (no finite entry / no visible key).
+FULLY_MASKED: tuple[str, ...] = ("zeros", "nan", "any")
+#: The conventions for a row holding NaN or +inf.
+NONFINITE: tuple[str, ...] = ("nan", "any")
+
+
+@dataclasses.dataclass(frozen=True)
+class Numerics:
+    """What a kernel declares about its arithmetic; it sets the bound's terms.
+
+    - ``accumulate``: the working precision of max/exp/sum/division and of the P·V and
+      denominator accumulation (default float32, what FlashAttention and the Triton tutorials
+      do). A kernel that accumulates in bf16 while declaring float32 fails, as it should.
+    - ``exp``: the exp's accuracy class: ``"fast"`` (default: Triton's ``tl.exp``, error growing
+      like |z|·u), ``"exp2"`` (ex2.approx with log2 e folded into the argument), ``"accurate"``
+      (libm / torch.exp, 2 ulp), ``"exact"`` (alias ``"correctly_rounded"``, 0.5 ulp), or a float:
+      that many ulps of the working precision.
+    - ``allow_tf32``: fp32 matmuls may round their operands to tf32 (u = 2^-11).
+    - ``p_dtype``: attention only: P is rounded to this dtype before P·V (FlashAttention rounds
+      it to the input dtype: ``"input"``, resolved by :meth:`for_dtype`); None = P·V in the
+      working precision.
+
+    >>> Numerics(accumulate="bf16", exp=3.0).describe()
+    'accumulate=bfloat16, exp=3 ulp, allow_tf32=False, p_dtype=None'
+    """
+
+    accumulate: str = "float32"
+    exp: str | float = "fast"
+    allow_tf32: bool = False
+    p_dtype: str | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "accumulate", _dtype_name("accumulate", self.accumulate))
+        if self.p_dtype is not None and self.p_dtype != "input":
+            object.__setattr__(self, "p_dtype", _dtype_name("p_dtype", self.p_dtype))
+        if not isinstance(self.allow_tf32, bool):
+            raise ValueError(f"allow_tf32={self.allow_tf32!r} must be True or False")
+        e = self.exp
+        if isinstance(e, str):
+            key = _EXP_ALIASES.get(e.strip().lower(), e.strip().lower())
+            if key not in EXP_CLASSES:
+                raise ValueError(
+                    f"exp={e!r} is not an exp accuracy class; use one of "
+                    f"{', '.join(EXP_CLASSES)}, 'correctly_rounded', or a number of ulps "
+                    "such as exp=4.0"
+                )
+            object.__setattr__(self, "exp", key)
+        elif isinstance(e, (int, float)) and not isinstance(e, bool) and e >= 0.5:
+            object.__setattr__(self, "exp", float(e))
+        else:
+            raise ValueError(f"exp={e!r} must be a class name or a number of ulps >= 0.5, "
+                             "e.g. exp='accurate' or exp=3.0")
+
+    @property
+    def working(self) -> FloatFormat:
+        """The working (accumulation) precision as a :class:`~onlinesm.dtypes.FloatFormat`."""
+        return resolve(self.accumulate)
+
+    def for_dtype(self, dtype: Any) -> "Numerics":
+        """These numerics for inputs of ``dtype``: ``p_dtype="input"`` becomes that dtype.
+
+        The one place where "input" is resolved; every bound is computed from the result.
+
+        >>> Numerics(p_dtype="input").for_dtype("float16").p_dtype
+        'float16'
+        """
+        if self.p_dtype != "input":
+            return self
+        return dataclasses.replace(self, p_dtype=resolve(dtype).name)
+
+    def exp_model(self) -> tuple[float, float, float, float]:
+        """(arg coefficient, exp |z| coefficient, exp constant, division), in units of u."""
+        if isinstance(self.exp, float):
+            return 1.0, 0.0, 2.0 * self.exp, 2.0
+        a, c, b, div, _ = EXP_CLASSES[self.exp]
+        return a, c, b, div
+
+    def describe(self) -> str:
+        """The declared numerics as one line, for reports and failure messages."""
+        if isinstance(self.exp, float):
+            exp = f"{self.exp:g} ulp"
+        else:
+            exp = f"{self.exp} ({EXP_CLASSES[self.exp][4]})"
+        return (f"accumulate={self.accumulate}, exp={exp}, allow_tf32={self.allow_tf32}, "
+                f"p_dtype={self.p_dtype}")
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fields as JSON-ready values."""
+        return dataclasses.asdict(self)
+
+    def to_json(self) -> str:
+        """``{"accumulate": ..., "exp": ..., "allow_tf32": ..., "p_dtype": ...}``."""
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, data: str | dict[str, Any]) -> "Numerics":
+        """The inverse of :meth:`to_json` (also takes the parsed dict)."""
+        d = json.loads(data) if isinstance(data, str) else dict(data)
+        return cls(**_known("Numerics", cls, d))
+
+
+@dataclasses.dataclass(frozen=True)
+class Conventions:
+    """What a kernel declares about itself; defaults in brackets.
+
+    - ``fully_masked``: a row with no finite input / no visible key gives ``"zeros"`` (lse
+      -inf), ``"nan"`` (torch.softmax), or ``"any"`` ["zeros"];
+    - ``nonfinite``: a softmax row holding NaN or +inf gives ``"nan"`` (NaN in, NaN out for
+      that row) or ``"any"`` (anything goes for that row) ["nan"];
+    - ``causal_align``: ``"top-left"`` (SDPA) or ``"bottom-right"`` (FlashAttention 2+) ["top-left"];
+    - ``lse_base``: ``"e"`` or ``"2"`` ["e"]; ``empty_lse``: lse of a fully masked row,
+      ``-inf`` or ``+inf`` [-inf];
+    - ``batch_invariant`` [False]: a row's result is bitwise independent of the batch;
+      ``deterministic`` [True]: two identical calls are bitwise equal;
+    - ``numerics``: accumulation dtype, exp class, tf32, P's dtype: they set the bound's terms.
+
+    >>> Conventions(fully_masked="none")
+    Traceback (most recent call last):
+    ValueError: fully_masked='none' is not a convention; use 'zeros', 'nan' or 'any'
+    """
+
+    fully_masked: str = "zeros"
+    causal_align: str = "top-left"
+    lse_base: str = "e"
+    empty_lse: float = -math.inf
+    batch_invariant: bool = False
+    deterministic: bool = True
+    numerics: Numerics = dataclasses.field(default_factory=Numerics)
+    nonfinite: str = "nan"
+
+    def __post_init__(self) -> None:
+        if self.fully_masked not in FULLY_MASKED:
+            raise ValueError(f"fully_masked={self.fully_masked!r} is not a convention; "
+                             "use 'zeros', 'nan' or 'any'")
+        if self.nonfinite not in NONFINITE:
+            raise ValueError(f"nonfinite={self.nonfinite!r} is not a convention; "
+                             "use 'nan' (NaN in, NaN out) or 'any'")
+        if self.causal_align not in ("top-left", "bottom-right"):
+            raise ValueError(f"causal_align={self.causal_align!r} is not supported; "
+                             "use 'top-left' or 'bottom-right'")
+        if self.lse_base not in ("e", "2"):
+            raise ValueError(f"lse_base={self.lse_base!r} is not supported; use 'e' or '2'")
+        try:
+            empty = float(self.empty_lse)
+        except (TypeError, ValueError):
+            empty = math.nan
+        if not math.isinf(empty):
+            raise ValueError(f"empty_lse={self.empty_lse!r} must be -inf or +inf")
+        for name in ("batch_invariant", "deterministic"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name}={getattr(self, name)!r} must be True or False")
+        if not isinstance(self.numerics, Numerics):
+            raise ValueError(f"numerics={self.numerics!r} must be a Numerics, e.g. "
+                             "numerics=Numerics(exp='accurate')")
+
+    def for_dtype(self, dtype: Any) -> "Conventions":
+        """These conventions with the numerics resolved for inputs of ``dtype``."""
+        num = self.numerics.for_dtype(dtype)
+        return self if num is self.numerics else dataclasses.replace(self, numerics=num)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fields as JSON-ready values (``empty_lse`` as ``"-inf"`` / ``"inf"``)."""
+        d = dataclasses.asdict(self)
+        d["empty_lse"] = "inf" if self.empty_lse > 0 else "-inf"
+        d["numerics"] = self.numerics.to_dict()
+        return d
+
+    def to_json(self) -> str:
+        """The declaration as a JSON object; :meth:`from_json` reads it back."""
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, data: str | dict[str, Any]) -> "Conventions":
+        """The inverse of :meth:`to_json` (also takes the parsed dict)."""
+        d = json.loads(data) if isinstance(data, str) else dict(data)
+        d = _known("Conventions", cls, d)
+        if "empty_lse" in d:
+            d["empty_lse"] = float(d["empty_lse"])
+        if isinstance(d.get("numerics"), (dict, str)):
+            d["numerics"] = Numerics.from_json(d["numerics"])
+        return cls(**d)
+
+
+def _dtype_name(name: str, value: Any) -> str:
+    try:
+        return resolve(value).name
+    except (TypeError, ValueError, KeyError) as err:
+        raise ValueError(f"{name}={value!r} is not a floating-point dtype; use float32, "
+                         f"bfloat16, float16 or float64 ({err})") from None
+
+
+def _known(what: str, cls: type, d: dict[str, Any]) -> dict[str, Any]:
+    fields = {f.name for f in dataclasses.fields(cls)}
+    extra = sorted(set(d) - fields)
+    if extra:
+        raise ValueError(f"{what} fields {extra} are unknown; use only {sorted(fields)}")
+    return d
