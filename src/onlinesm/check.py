@@ -422,10 +422,13 @@ def _interpreter_suspect(err: BaseException | None, dtype: str, strict: bool) ->
     """
     from onlinesm import interpreter
 
-    cmp = getattr(err, "comparison", None)
-    if strict or cmp is None or dtype != "bfloat16" or not interpreter.interpreted():
+    if strict or dtype != "bfloat16" or not interpreter.interpreted() or interpreter.patch_works():
         return False
-    if interpreter.patch_works():
+    m = getattr(err, "measurement", None)
+    if m is not None and m.allowed is not None:  # every compared element
+        return interpreter.interpreter_suspect(m.actual, m.exact, dtype, allowed=m.allowed)
+    cmp = getattr(err, "comparison", None)
+    if cmp is None:
         return False
     return interpreter.interpreter_suspect(cmp.worst_actual, cmp.worst_exact, dtype,
                                            allowed=cmp.worst_bound)

@@ -58,6 +58,7 @@ class PropertyFailure(AssertionError):
         self.worst_row = worst_row  # which row of the batch failed (softmax), for the minimiser
         self.bound_use = bound_use
         self.comparison: Any = None  # the Comparison behind a bound failure, when there is one
+        self.measurement: Any = None  # the Measurement behind it, when there is one
 
 
 @dataclasses.dataclass
@@ -94,8 +95,10 @@ class Measurement:
     def raise_if_failed(self) -> None:
         """The raising form: :class:`PropertyFailure` with the message, when not ok."""
         if not self.ok:
-            raise PropertyFailure(self.prop, self.message, worst_row=self.worst_row,
-                                  bound_use=self.max_bound_use)
+            failure = PropertyFailure(self.prop, self.message, worst_row=self.worst_row,
+                                      bound_use=self.max_bound_use)
+            failure.measurement = self  # the evidence, e.g. for the interpreter-suspect test
+            raise failure
 
 
 def _raising(measure: Callable[..., Measurement]) -> Callable[..., None]:
