@@ -1,6 +1,11 @@
-"""What a kernel declares about itself, as values: :class:`Numerics` and :class:`Conventions`.
+"""What a kernel declares about itself, and how a run goes, as values.
 
-What: two frozen dataclasses. They validate when built (a wrong value raises ``ValueError``
+:class:`Numerics` (its arithmetic: the bound's terms), :class:`Conventions` (what its special
+rows give), :class:`Domain` (the inputs it supports: nothing outside is generated) and
+:class:`RunOptions` (how hard and where to look). Adding a declaration is adding a field here,
+a flag in :mod:`onlinesm.options`, and its use where it is checked (docs/INTERNALS.md).
+
+What: frozen dataclasses. They validate when built (a wrong value raises ``ValueError``
 with one line ``name=value ...`` that says the fix), round-trip through JSON
 (``to_json()`` / ``from_json()``, as saved counterexamples and reports store them), and
 resolve ``p_dtype="input"`` in one place (:meth:`Numerics.for_dtype`).
@@ -27,7 +32,11 @@ from typing import Any
 
 from onlinesm.dtypes import FloatFormat, resolve
 
-__all__ = ["Numerics", "Conventions", "EXP_CLASSES", "FULLY_MASKED", "NONFINITE"]
+__all__ = ["Numerics", "Conventions", "Domain", "RunOptions", "split_keywords", "EXP_CLASSES",
+           "FULLY_MASKED", "NONFINITE", "DEFAULT_DTYPES"]
+
+#: The dtypes a check generates unless the kernel declares others.
+DEFAULT_DTYPES: tuple[str, ...] = ("float32", "bfloat16", "float16")
 
 #: exp accuracy classes: (arg coefficient, exp's |z| coefficient, exp's constant, in units of
 #: u of the working precision; division error in u; description).
@@ -224,6 +233,187 @@ class Conventions:
         if isinstance(d.get("numerics"), (dict, str)):
             d["numerics"] = Numerics.from_json(d["numerics"])
         return cls(**d)
+
+
+def _tuple(value: Any) -> tuple[Any, ...] | None:
+    """A list/tuple/comma-separated string as a tuple (None stays None)."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return tuple(v.strip() for v in value.split(",") if v.strip())
+    return tuple(value)
+
+
+@dataclasses.dataclass(frozen=True)
+class Domain:
+    """The inputs a kernel supports: everything a check generates lies inside it.
+
+    Softmax: ``min_len``..``max_len`` columns, up to ``max_rows`` rows. Attention: head dims
+    ``head_dims``, up to ``max_batch`` x ``max_heads``, ``min_seq_q``..``max_seq_q`` queries
+    and ``min_seq_k``..``max_seq_k`` keys, lengths a multiple of ``seq_multiple``,
+    ``same_seq`` (Sq == Sk only), ``allow_mask``, ``allow_causal``, ``allow_gqa``. Both: the
+    ``dtypes``, the strategy ``families`` (None: all), ``allow_nonfinite`` (rows holding NaN or
+    +inf, opt-in).
+
+    >>> Domain(dtypes="bf16,fp16").dtypes
+    ('bfloat16', 'float16')
+    >>> Domain(min_len=0)
+    Traceback (most recent call last):
+    ValueError: min_len=0 must be at least 1
+    """
+
+    dtypes: tuple[str, ...] = DEFAULT_DTYPES
+    families: tuple[str, ...] | None = None
+    allow_nonfinite: bool = False
+    # softmax
+    min_len: int = 1
+    max_len: int = 1024
+    max_rows: int = 8
+    # attention
+    head_dims: tuple[int, ...] = (16, 32, 64)
+    max_batch: int = 2
+    max_heads: int = 4
+    min_seq_q: int = 1
+    max_seq_q: int = 64
+    min_seq_k: int = 1
+    max_seq_k: int = 96
+    seq_multiple: int = 1
+    allow_mask: bool = True
+    allow_causal: bool = True
+    allow_gqa: bool = False
+    same_seq: bool = False
+
+    def __post_init__(self) -> None:
+        dtypes = tuple(_dtype_name("dtypes", d) for d in (_tuple(self.dtypes) or ()))
+        if not dtypes:
+            raise ValueError("dtypes is empty; give at least one of float32, bfloat16, float16")
+        object.__setattr__(self, "dtypes", dtypes)
+        object.__setattr__(self, "families", _tuple(self.families))
+        try:
+            dims = tuple(int(d) for d in (_tuple(self.head_dims) or ()))
+        except ValueError:
+            raise ValueError(f"head_dims={self.head_dims!r} must be integers, e.g. 64,128") from None
+        if not dims or min(dims) < 1:
+            raise ValueError(f"head_dims={self.head_dims!r} must be positive integers, e.g. 64,128")
+        object.__setattr__(self, "head_dims", dims)
+        for name in ("min_len", "max_len", "max_rows", "max_batch", "max_heads", "min_seq_q",
+                     "max_seq_q", "min_seq_k", "max_seq_k", "seq_multiple"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name}={value!r} must be at least 1")
+        for lo, hi in (("min_len", "max_len"), ("min_seq_q", "max_seq_q"), ("min_seq_k", "max_seq_k")):
+            if getattr(self, lo) > getattr(self, hi):
+                raise ValueError(f"{lo}={getattr(self, lo)} is above {hi}={getattr(self, hi)}; "
+                                 f"need {lo} <= {hi}")
+        for name in ("allow_nonfinite", "allow_mask", "allow_causal", "allow_gqa", "same_seq"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name}={getattr(self, name)!r} must be True or False")
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fields as JSON-ready values (tuples as lists)."""
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()}
+
+    def to_json(self) -> str:
+        """The domain as a JSON object; :meth:`from_json` reads it back."""
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, data: str | dict[str, Any]) -> "Domain":
+        """The inverse of :meth:`to_json` (also takes the parsed dict)."""
+        d = json.loads(data) if isinstance(data, str) else dict(data)
+        return cls(**_known("Domain", cls, d))
+
+
+#: The settings profiles (examples per property and dtype), prefixed so they never collide
+#: with a user's own Hypothesis profiles.
+PROFILES: dict[str, int] = {"onlinesm-quick": 20, "onlinesm-ci": 10, "onlinesm-thorough": 200}
+
+
+@dataclasses.dataclass(frozen=True)
+class RunOptions:
+    """How a check runs: which properties, how many examples, where, and how patiently.
+
+    ``profile`` is ``"quick"``, ``"ci"`` or ``"thorough"`` (``"onlinesm-quick"`` etc. too);
+    ``deadline`` is the seconds one kernel call may take (None: from the device),
+    ``compile_allowance`` the extra seconds of the first call of a compiled variant; ``strict``
+    fails one-ulp bf16 misses that Triton's interpreter may cause; ``skip`` maps a property to
+    the reason it is waived.
+
+    >>> RunOptions(profile="ci").profile
+    'onlinesm-ci'
+    """
+
+    profile: str = "onlinesm-quick"
+    max_examples: int | None = None
+    seed: int | None = None
+    device: str | None = None
+    backend: str | None = None
+    deadline: float | None = None
+    compile_allowance: float | None = None
+    strict: bool = False
+    properties: tuple[str, ...] | None = None
+    skip: dict[str, str] = dataclasses.field(default_factory=dict)
+    database: bool = True
+    save_failures: bool = True
+
+    def __post_init__(self) -> None:
+        name = self.profile if self.profile.startswith("onlinesm-") else f"onlinesm-{self.profile}"
+        if name not in PROFILES:
+            short = ", ".join(p.removeprefix("onlinesm-") for p in PROFILES)
+            raise ValueError(f"profile={self.profile!r} is unknown; use one of {short}")
+        object.__setattr__(self, "profile", name)
+        object.__setattr__(self, "properties", _tuple(self.properties))
+        object.__setattr__(self, "skip", dict(self.skip or {}))
+        if self.max_examples is not None and (not isinstance(self.max_examples, int) or self.max_examples < 1):
+            raise ValueError(f"max_examples={self.max_examples!r} must be a positive integer")
+        for name in ("deadline", "compile_allowance"):
+            value = getattr(self, name)
+            if value is not None and not (isinstance(value, (int, float)) and value >= 0
+                                          and (value > 0 or name == "compile_allowance")):
+                raise ValueError(f"{name}={value!r} must be a positive number of seconds")
+        if self.device not in (None, "cpu", "cuda"):
+            raise ValueError(f"device={self.device!r} is not supported; use 'cpu' or 'cuda'")
+        if self.backend not in (None, "torch", "numpy"):
+            raise ValueError(f"backend={self.backend!r} is not supported; use 'torch' or 'numpy'")
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fields as JSON-ready values."""
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()}
+
+
+#: Keywords that belong to Numerics, accepted flat by the check functions.
+_NUMERICS_KEYS = frozenset(f.name for f in dataclasses.fields(Numerics))
+
+
+def split_keywords(keywords: dict[str, Any]) -> tuple[Conventions, Domain, RunOptions]:
+    """Flat keywords (``fully_masked=..., max_len=..., seed=...``) as the three records.
+
+    Each keyword goes to the record that has a field of its name (Numerics' fields build the
+    ``numerics`` of the conventions). An unknown keyword is a ValueError that lists the known
+    ones, so a typo never passes silently.
+
+    >>> conv, dom, opts = split_keywords({"fully_masked": "nan", "max_len": 64, "seed": 0})
+    >>> conv.fully_masked, dom.max_len, opts.seed
+    ('nan', 64, 0)
+    """
+    groups: dict[type, dict[str, Any]] = {Conventions: {}, Domain: {}, RunOptions: {}, Numerics: {}}
+    names = {cls: {f.name for f in dataclasses.fields(cls)} for cls in groups}
+    for key, value in keywords.items():
+        owner = next((cls for cls in (Numerics, Conventions, Domain, RunOptions) if key in names[cls]), None)
+        if owner is None:
+            import difflib
+
+            known = sorted(set().union(*names.values()) - {"numerics"})
+            close = difflib.get_close_matches(key, known, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else f"; the keywords are: {', '.join(known)}"
+            raise ValueError(f"{key}={value!r} is not a keyword onlinesm knows{hint}")
+        groups[owner][key] = value
+    conv_kw = groups[Conventions]
+    if groups[Numerics]:
+        if "numerics" in conv_kw:
+            raise ValueError("give numerics=Numerics(...) or its fields (accumulate=, exp=, ...), not both")
+        conv_kw["numerics"] = Numerics(**groups[Numerics])
+    return Conventions(**conv_kw), Domain(**groups[Domain]), RunOptions(**groups[RunOptions])
 
 
 def _dtype_name(name: str, value: Any) -> str:
