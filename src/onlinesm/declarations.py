@@ -235,6 +235,32 @@ class Conventions:
         return cls(**d)
 
 
+def _refusal(value: Any) -> tuple[str, str]:
+    """A declared refusal as (exception type name, regex): from a pair or ``"Type:regex"``."""
+    import re
+
+    if isinstance(value, str):
+        kind, sep, rx = value.partition(":")
+        if not sep or not kind.strip():
+            raise ValueError(f"unsupported={value!r} must look like ExceptionType:regex, e.g. "
+                             "'RuntimeError:No available kernel'")
+    else:
+        try:
+            kind, rx = value
+        except (TypeError, ValueError):
+            raise ValueError(f"unsupported={value!r} must be (ExceptionType, regex) or "
+                             "'ExceptionType:regex'") from None
+    if isinstance(kind, type):
+        if not issubclass(kind, BaseException):
+            raise ValueError(f"unsupported={value!r}: {kind.__name__} is not an exception type")
+        kind = kind.__name__
+    try:
+        re.compile(str(rx))
+    except re.error as err:
+        raise ValueError(f"unsupported={value!r}: {rx!r} is not a regular expression ({err})") from None
+    return str(kind).strip(), str(rx)
+
+
 def _tuple(value: Any) -> tuple[Any, ...] | None:
     """A list/tuple/comma-separated string as a tuple (None stays None)."""
     if value is None:
@@ -253,7 +279,9 @@ class Domain:
     and ``min_seq_k``..``max_seq_k`` keys, lengths a multiple of ``seq_multiple``,
     ``same_seq`` (Sq == Sk only), ``allow_mask``, ``allow_causal``, ``allow_gqa``. Both: the
     ``dtypes``, the strategy ``families`` (None: all), ``allow_nonfinite`` (rows holding NaN or
-    +inf, opt-in).
+    +inf, opt-in), and ``unsupported``: declared refusals, ``(ExceptionType, "regex")`` or
+    ``"ExceptionType:regex"``; a call that raises one is outside the domain (rejected and
+    counted, never a failure), as with Hypothesis's ``reject()``.
 
     >>> Domain(dtypes="bf16,fp16").dtypes
     ('bfloat16', 'float16')
@@ -282,8 +310,11 @@ class Domain:
     allow_causal: bool = True
     allow_gqa: bool = False
     same_seq: bool = False
+    # declared refusals: (exception type, regex of its message) meaning "outside the domain"
+    unsupported: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "unsupported", tuple(_refusal(r) for r in (self.unsupported or ())))
         dtypes = tuple(_dtype_name("dtypes", d) for d in (_tuple(self.dtypes) or ()))
         if not dtypes:
             raise ValueError("dtypes is empty; give at least one of float32, bfloat16, float16")
@@ -311,7 +342,9 @@ class Domain:
 
     def to_dict(self) -> dict[str, Any]:
         """The fields as JSON-ready values (tuples as lists)."""
-        return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()}
+        d = {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()}
+        d["unsupported"] = [list(r) for r in self.unsupported]
+        return d
 
     def to_json(self) -> str:
         """The domain as a JSON object; :meth:`from_json` reads it back."""

@@ -34,6 +34,7 @@ __all__ = [
     "Conventions",
     "Measurement",
     "PropertyFailure",
+    "Untested",
     "SOFTMAX_MEASURES",
     "ATTENTION_MEASURES",
     "measure_softmax_accuracy",
@@ -46,6 +47,14 @@ __all__ = [
     "ATTENTION_PROPERTIES",
     "regular_rows",
 ]
+
+
+class Untested(Exception):
+    """The input holds nothing this property can test (no mask, no causal flag, one key, ...).
+
+    Not a failure and not a pass: the engine counts such examples apart, so that ``pass (N)``
+    counts only examples that tested something, and a property no example tested is n/a.
+    """
 
 
 class PropertyFailure(AssertionError):
@@ -83,6 +92,8 @@ class Measurement:
     exact: np.ndarray | None = None
     allowed: np.ndarray | None = None
     conventions: dict[str, bool] = dataclasses.field(default_factory=dict)
+    #: False when the input held nothing this property tests (then ``ok`` says nothing)
+    tested: bool = True
 
     @property
     def bound_use(self) -> np.ndarray | None:
@@ -104,7 +115,10 @@ class Measurement:
 def _raising(measure: Callable[..., Measurement]) -> Callable[..., None]:
     """The raising form ``prop(kernel, input, conv)`` of a measure form: measure, then raise."""
     def prop(kernel: Any, inp: Any, conv: Conventions) -> None:
-        measure(kernel, inp, conv).raise_if_failed()
+        m = measure(kernel, inp, conv)
+        m.raise_if_failed()
+        if not m.tested:
+            raise Untested(f"{m.prop}: nothing to test in this input")
     prop.__name__ = measure.__name__.replace("measure_", "")
     prop.__doc__ = measure.__doc__
     return prop
@@ -118,6 +132,8 @@ def _measured(raising: Callable[..., None], prop: str) -> Callable[..., Measurem
         except PropertyFailure as err:
             return Measurement(prop, ok=False, message=str(err), worst_row=err.worst_row,
                                max_bound_use=err.bound_use)
+        except Untested:
+            return Measurement(prop, tested=False)
         return Measurement(prop)
     measure.__doc__ = raising.__doc__
     return measure
@@ -522,7 +538,7 @@ def measure_attention_fully_masked(kernel: Kernel, inp: AttentionInputs, conv: C
     """A query with no visible key follows the convention: zeros (lse -inf), or NaN."""
     rows = ~_visible_any(inp, conv)
     if not rows.any() or conv.fully_masked == "any":
-        return Measurement("fully_masked")
+        return Measurement("fully_masked", tested=bool(rows.any()))
     o, lse = kernel.attention(inp) if out is None else out
     o64 = o.astype(np.float64)
     idx = np.argwhere(rows)
@@ -547,12 +563,12 @@ def measure_attention_fully_masked(kernel: Kernel, inp: AttentionInputs, conv: C
 def attention_masked_invisible(kernel: Kernel, inp: AttentionInputs, conv: Conventions) -> None:
     """Masked keys are invisible: poisoning masked K/V with huge finite values changes nothing."""
     if inp.mask is None:
-        return
+        raise Untested("no mask")
     fmt = resolve(inp.q.dtype)
     hidden_all = ~np.broadcast_to(inp.mask, inp.q.shape[:2] + (inp.q.shape[2], inp.k.shape[2])).any(axis=(1, 2))
     # keys hidden from every query of a batch (key padding): poison them in K and V
     if not hidden_all.any():
-        return
+        raise Untested("no key is hidden from every query")
     poison = min(fmt.max / 4, 3.0e4 if fmt.name == "float16" else 1.0e30)
     k, v = inp.k.copy(), inp.v.copy()
     for b, j in np.argwhere(hidden_all):
@@ -584,7 +600,7 @@ def _attention_relation(kernel: Kernel, inp: AttentionInputs, other: AttentionIn
 def attention_causal_mask(kernel: Kernel, inp: AttentionInputs, conv: Conventions) -> None:
     """causal=True equals the explicit triangular mask of the declared alignment."""
     if not inp.causal:
-        return
+        raise Untested("not causal")
     b, h, sq, _ = inp.q.shape
     tri = oracle.visible_keys((1, 1, sq, inp.k.shape[2]), causal=True, causal_align=conv.causal_align)
     mask = tri if inp.mask is None else (np.broadcast_to(inp.mask, (b, h, sq, inp.k.shape[2])) & tri)
@@ -597,7 +613,7 @@ def attention_key_permutation(kernel: Kernel, inp: AttentionInputs, conv: Conven
     """Permuting keys with their values and mask columns changes nothing beyond rounding."""
     sk = inp.k.shape[2]
     if sk < 2 or inp.causal:
-        return
+        raise Untested("one key, or causal")
     perm = np.random.default_rng(sk).permutation(sk)
     mask = None if inp.mask is None else np.ascontiguousarray(inp.mask[..., perm])
     permuted = dataclasses.replace(inp, k=np.ascontiguousarray(inp.k[:, :, perm]),
@@ -612,8 +628,17 @@ def attention_split_merge(kernel: Kernel, inp: AttentionInputs, conv: Convention
 
     sk = inp.k.shape[2]
     if sk < 2 or inp.causal or not kernel.accepts_return_lse:
-        return
-    cut = sk // 2
+        raise Untested("one key, causal, or no lse")
+    # both halves must lie inside the kernel's domain: key lengths a multiple of M, >= the minimum
+    domain = getattr(kernel, "domain", None)
+    step = getattr(domain, "seq_multiple", 1)
+    least = max(step, getattr(domain, "min_seq_k", 1))
+    if getattr(domain, "same_seq", False):
+        raise Untested("the kernel needs Sq == Sk, and a half has fewer keys")
+    cut = (sk // 2) // step * step
+    if cut < least or sk - cut < least:
+        raise Untested(f"Sk={sk} cannot be split into two halves of >= {least} keys "
+                       f"(multiples of {step})")
     halves = []
     for sl in (slice(0, cut), slice(cut, sk)):
         mask = None if inp.mask is None else np.ascontiguousarray(
@@ -622,7 +647,7 @@ def attention_split_merge(kernel: Kernel, inp: AttentionInputs, conv: Convention
                                    v=np.ascontiguousarray(inp.v[:, :, sl]), mask=mask)
         o, lse = kernel.attention(part)
         if lse is None:
-            return
+            raise Untested("the kernel returned no lse")
         halves.append((o.astype(np.float64), _lse_natural(lse, conv)))
     (o1, l1), (o2, l2) = halves
     merged, _ = merge_states(o1, l1, o2, l2)
@@ -638,7 +663,7 @@ def attention_split_merge(kernel: Kernel, inp: AttentionInputs, conv: Convention
 def attention_default_scale(kernel: Kernel, inp: AttentionInputs, conv: Conventions) -> None:
     """scale=None means 1/sqrt(D): the same answer as passing that scale explicitly."""
     if inp.scale is not None:
-        return
+        raise Untested("an explicit scale")
     d = inp.q.shape[-1]
     explicit = dataclasses.replace(inp, scale=float(1.0 / np.sqrt(d)))
     _attention_relation(kernel, inp, explicit, conv, "default_scale",
