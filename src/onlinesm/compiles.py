@@ -14,7 +14,9 @@ How: the first ``counting()`` wraps ``JITFunction._do_compile`` (Triton 3.3 and 
 including 3.6 and 3.9); without it, Triton's ``knobs.runtime.jit_cache_hook`` /
 ``jit_post_compile_hook`` pair; without those, the older ``JITFunction.cache_hook``. A
 compilation served from Triton's on-disk cache is still counted (the in-process compile step
-ran), only faster: ``seconds`` tells a cold cache from a warm one. Under Triton's CPU
+ran), only faster: ``seconds`` tells a cold cache from a warm one. ``counting()`` never
+imports triton itself (that would fix Triton's interpreter-or-GPU mode too early): when triton
+is not imported yet, the hooks go in right after its import. Under Triton's CPU
 interpreter (``TRITON_INTERPRET=1``) nothing is compiled, so the count stays 0 and
 ``c.note`` says why. When no hook exists at all, ``c.note`` says that too.
 
@@ -30,7 +32,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import importlib.abc
+import importlib.util
 import os
+import sys
 import threading
 import time
 from typing import Any, Callable, Iterator
@@ -53,7 +58,17 @@ class Counter:
     records: list[CompileRecord] = dataclasses.field(default_factory=list)
     autotune_runs: int = 0
     autotune_seconds: float = 0.0
-    note: str = ""
+
+    @property
+    def note(self) -> str:
+        """Why the counts may stay 0 (interpreter, no hook, triton never imported), or ""."""
+        if os.environ.get("TRITON_INTERPRET", "0").strip().lower() in ("1", "true", "on", "yes"):
+            return "TRITON_INTERPRET=1: the interpreter compiles nothing"
+        if _MECHANISM == "":
+            return "no compile hook found in this Triton version; counts stay 0"
+        if _MECHANISM is None:
+            return "triton was not imported"
+        return ""
 
     @property
     def count(self) -> int:
@@ -213,12 +228,48 @@ def mechanism() -> str | None:
     return _MECHANISM
 
 
-def _note(mech: str) -> str:
-    if os.environ.get("TRITON_INTERPRET", "0").strip().lower() in ("1", "true", "on", "yes"):
-        return "TRITON_INTERPRET=1: the interpreter compiles nothing"
-    if not mech:
-        return "no compile hook found in this Triton version; counts stay 0"
-    return ""
+class _InstallAfterImport(importlib.abc.MetaPathFinder):
+    """Runs ``install()`` right after ``import triton`` completes.
+
+    ``counting()`` must not import triton itself: Triton fixes compiled-vs-interpreted mode
+    when it is first imported, and the caller may not have chosen that mode yet.
+    """
+
+    def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
+        if name != "triton":
+            return None
+        with contextlib.suppress(ValueError):
+            sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.loader is None:
+            return spec
+        real = spec.loader
+
+        class _Loader(importlib.abc.Loader):
+            def create_module(self, spec: Any) -> Any:
+                return real.create_module(spec)
+
+            def exec_module(self, module: Any) -> None:
+                # The real loader, not this wrapper, is what triton's package data reads use.
+                module.__loader__ = real
+                if module.__spec__ is not None:
+                    module.__spec__.loader = real
+                real.exec_module(module)
+                install()
+
+        spec.loader = _Loader()
+        return spec
+
+
+_PENDING = _InstallAfterImport()
+
+
+def _install_when_imported() -> None:
+    """``install()`` now if triton is imported, else as soon as it is."""
+    if "triton" in sys.modules:
+        install()
+    elif _PENDING not in sys.meta_path:
+        sys.meta_path.insert(0, _PENDING)
 
 
 @contextlib.contextmanager
@@ -228,7 +279,8 @@ def counting() -> Iterator[Counter]:
     Blocks may nest and may run in several threads at once: each compilation is added to
     every block open at that moment.
     """
-    counter = Counter(note=_note(install()))
+    _install_when_imported()
+    counter = Counter()
     with _LOCK:
         _ACTIVE.append(counter)
     try:
