@@ -54,20 +54,23 @@ def _speed() -> dict[str, Any]:
     torch.manual_seed(0)
     for dtype, n in (("bfloat16", 1024), ("bfloat16", 4096), ("bfloat16", 12288),
                      ("bfloat16", 65536), ("float32", 4096), ("float32", 131072),
-                     ("bfloat16", 1000)):
+                     ("bfloat16", 1000), ("bfloat16", 1024), ("bfloat16", 65536)):
         dt = getattr(torch, dtype)
         m = max(1, int(0.5e9 / (n * dt.itemsize)))
         x = torch.randn(m, n, device="cuda", dtype=dt)
         ms = triton.testing.do_bench(lambda: softmax(x), warmup=25, rep=100)
-        out[f"softmax {dtype} N={n} GB/s"] = round(2 * x.numel() * x.element_size() / ms / 1e6)
+        out[f"softmax {dtype} N={n} GB/s" + ("" if f"softmax {dtype} N={n} GB/s" not in out
+                                             else " (again)")] = round(2 * x.numel() * x.element_size() / ms / 1e6)
     os.environ.setdefault("ONLINESM_ATTENTION_CONFIG", "128,64,3,8")
     for dtype, d, s, causal in (("bfloat16", 128, 4096, False), ("bfloat16", 128, 4096, True),
-                                ("float16", 64, 4096, False), ("bfloat16", 128, 1000, False)):
+                                ("float16", 64, 4096, False), ("bfloat16", 128, 1000, False),
+                                ("bfloat16", 128, 4096, False)):
         dt = getattr(torch, dtype)
         q, k, v = (torch.randn(2, 16, s, d, device="cuda", dtype=dt) for _ in range(3))
         ms = triton.testing.do_bench(lambda: attention(q, k, v, causal=causal), warmup=25, rep=100)
         flops = 4 * 2 * 16 * s * s * d / (2 if causal else 1)
-        out[f"attention {dtype} D={d} S={s} causal={causal} TFLOP/s"] = round(flops / ms / 1e9)
+        name = f"attention {dtype} D={d} S={s} causal={causal} TFLOP/s"
+        out[name + (" (again)" if name in out else "")] = round(flops / ms / 1e9)
     return out
 
 
