@@ -438,6 +438,12 @@ def test_check_attention_runs_adapted_kernels():
         check_attention(fa, **fast)
     implied = {key: fa.implied[key] for key in ("causal_align", "allow_mask", "allow_gqa", "empty_lse")}
     assert check_attention(fa, dtypes=["bfloat16"], **implied, **fast).passed
+    # the README's form: every property but causal_mask, which needs an explicit mask
+    readme = check_attention(fa, dtypes=["bfloat16", "float16"], **implied, skip={"causal_mask": "no mask"},
+                             **{**fast, "properties": None})
+    assert readme.passed and len({o.property for o in readme.outcomes}) == 8
+    sdpa = adapt(convention="sdpa", sdpa_backend="math")
+    assert check_attention(sdpa, **sdpa.implied, **{**fast, "properties": None}).passed
     bug = adapt(flash_attn_top_left, convention="flash_attn")
     result = check_attention(bug, dtypes=["bfloat16"], **implied, **fast)
     assert {o.property for o in result.outcomes if o.status == "failed"} >= {"accuracy"}
