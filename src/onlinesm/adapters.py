@@ -407,9 +407,11 @@ class Adapted:
                 for original, copy in zip((q, k, v), sent):
                     if isinstance(original, torch.Tensor) and isinstance(copy, torch.Tensor):
                         original.copy_(copy.transpose(1, 2))
-        out, lse = result if return_lse else (result, None)
-        out = self._from_layout(out, q, bshd)
-        return (out, lse) if return_lse else out
+        if not return_lse:
+            return self._from_layout(result, q, bshd)
+        if not isinstance(result, (tuple, list)) or len(result) != 2:
+            return result  # not (o, lse): the harness reports what came back
+        return self._from_layout(result[0], q, bshd), result[1]
 
     def _from_layout(self, out: Any, q: Any, bshd: bool) -> Any:
         """The output in [B, H, Sq, D]; a tensor of another shape than the layout's is an error."""
