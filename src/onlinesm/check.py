@@ -53,15 +53,22 @@ def profile_name(profile: str) -> str:
         raise UsageError(str(err)) from None
 
 
-def check(fn: Callable[..., Any], op: str, *, conventions: Conventions | None = None,
+def check(fn: Callable[..., Any] | None, op: str, *, conventions: Conventions | None = None,
           domain: Domain | None = None, options: RunOptions | None = None, name: str | None = None,
           target: str | None = None, raise_on_failure: bool = True,
           progress: Callable[[str], None] | None = None, **keywords: Any) -> CheckResult:
     """Run ``op``'s suite on ``fn``; keywords fill the records (or override the given ones).
 
+    Attention kernels of another calling convention take ``convention`` ("sdpa", "flash_attn",
+    "xformers"), ``layout`` ("bshd"), ``fixed_kwargs`` (always passed), ``mask_kind`` ("bool",
+    "additive", "additive-f32", "finite-min") and ``sdpa_backend``, or a whole ``adapter``
+    (:class:`onlinesm.adapters.AdapterSpec`); the conventions the calling convention implies
+    (flash_attn: bottom-right causal, no mask, bf16/fp16) are defaults that keywords override.
+
     Raises ``AssertionError`` with the full report when a property is falsified (unless
     ``raise_on_failure=False``), and :class:`UsageError` when nothing could be tested.
     """
+    fn, keywords = _adapted(fn, op, target, keywords)
     if op == "attention" and conventions is None and not any(
             k in keywords for k in ("numerics", "p_dtype")):
         keywords = {**_ATTENTION_DEFAULTS, **keywords}
@@ -74,6 +81,38 @@ def check(fn: Callable[..., Any], op: str, *, conventions: Conventions | None = 
         raise UsageError(str(err)) from None
     return run_check(fn, op, conv, dom, opts, name=name, target=target,
                      raise_on_failure=raise_on_failure, progress=progress)
+
+
+#: Keywords that choose how the kernel is called (:mod:`onlinesm.adapters`), not what it declares.
+_ADAPTER_KEYS = ("convention", "layout", "fixed_kwargs", "mask_kind", "sdpa_backend")
+
+
+def _adapted(fn: Callable[..., Any] | None, op: str, target: str | None,
+             keywords: dict[str, Any]) -> tuple[Callable[..., Any], dict[str, Any]]:
+    """The kernel wrapped in its calling convention's adapter, and the keywords with the
+    conventions that convention implies filled in where the user gave none."""
+    from onlinesm import adapters
+
+    keywords = dict(keywords)
+    spec = keywords.pop("adapter", None)
+    chosen = {k: keywords.pop(k) for k in _ADAPTER_KEYS if k in keywords}
+    if spec is None and not chosen:
+        if fn is None:
+            raise UsageError("no kernel given; pass the kernel, or convention='sdpa' for torch's SDPA")
+        return fn, keywords
+    if op != "attention":
+        raise UsageError(f"{', '.join(chosen) or 'adapter'} apply to attention kernels only, not op={op!r}")
+    try:
+        if spec is not None:
+            adapted = adapters.Adapted.from_json(spec.to_dict() if hasattr(spec, "to_dict") else spec, fn=fn)
+        else:
+            adapted = adapters.adapt(fn, convention=chosen.get("convention", "onlinesm"),
+                                     layout=chosen.get("layout"), kwargs=chosen.get("fixed_kwargs"),
+                                     mask_kind=chosen.get("mask_kind"),
+                                     sdpa_backend=chosen.get("sdpa_backend"), target=target)
+    except (ValueError, TypeError) as err:
+        raise UsageError(str(err)) from None
+    return adapted, {**adapted.implied, **keywords}
 
 
 def _merged(given: Any, built: Any, keywords: dict[str, Any], cls: type) -> Any:
@@ -121,7 +160,8 @@ def check_attention(fn: Callable[..., Any], **keywords: Any) -> CheckResult:
     ("input", the default: P is rounded to the input dtype before P·V; None: kept in float32);
     domain ``head_dims``, ``max_batch``, ``max_heads``, ``min_seq_q``, ``max_seq_q``,
     ``min_seq_k``, ``max_seq_k``, ``seq_multiple``, ``allow_mask``, ``allow_causal``,
-    ``allow_gqa``, ``same_seq``.
+    ``allow_gqa``, ``same_seq``; calling conventions ``convention``, ``layout``,
+    ``fixed_kwargs``, ``mask_kind``, ``sdpa_backend`` (see :func:`check`).
 
     >>> import onlinesm
     >>> onlinesm.check_attention(my_attention, causal_align="bottom-right")  # doctest: +SKIP

@@ -53,7 +53,7 @@ _EXP_ALIASES = {
 }
 
 #: The conventions for a fully masked row (no finite entry / no visible key).
-FULLY_MASKED: tuple[str, ...] = ("zeros", "nan", "any")
+FULLY_MASKED: tuple[str, ...] = ("zeros", "nan", "uniform", "any")
 #: The conventions for a row holding NaN or +inf.
 NONFINITE: tuple[str, ...] = ("nan", "any")
 
@@ -158,7 +158,8 @@ class Conventions:
     """What a kernel declares about itself; defaults in brackets.
 
     - ``fully_masked``: a row with no finite input / no visible key gives ``"zeros"`` (lse
-      -inf), ``"nan"`` (torch.softmax), or ``"any"`` ["zeros"];
+      -inf), ``"nan"`` (torch.softmax), ``"uniform"`` (every key weighs the same: the mean of
+      V, what a ``finfo.min`` mask gives in float arithmetic), or ``"any"`` ["zeros"];
     - ``nonfinite``: a softmax row holding NaN or +inf gives ``"nan"`` (NaN in, NaN out for
       that row) or ``"any"`` (anything goes for that row) ["nan"];
     - ``causal_align``: ``"top-left"`` (SDPA) or ``"bottom-right"`` (FlashAttention 2+) ["top-left"];
@@ -170,7 +171,7 @@ class Conventions:
 
     >>> Conventions(fully_masked="none")
     Traceback (most recent call last):
-    ValueError: fully_masked='none' is not a convention; use 'zeros', 'nan' or 'any'
+    ValueError: fully_masked='none' is not a convention; use 'zeros', 'nan', 'uniform' or 'any'
     """
 
     fully_masked: str = "zeros"
@@ -185,7 +186,7 @@ class Conventions:
     def __post_init__(self) -> None:
         if self.fully_masked not in FULLY_MASKED:
             raise ValueError(f"fully_masked={self.fully_masked!r} is not a convention; "
-                             "use 'zeros', 'nan' or 'any'")
+                             "use 'zeros', 'nan', 'uniform' or 'any'")
         if self.nonfinite not in NONFINITE:
             raise ValueError(f"nonfinite={self.nonfinite!r} is not a convention; "
                              "use 'nan' (NaN in, NaN out) or 'any'")

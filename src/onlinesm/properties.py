@@ -235,6 +235,16 @@ def softmax_masked_zero(kernel: Kernel, x: np.ndarray, conv: Conventions) -> Non
         "expected exactly 0"))
 
 
+def _meets(convention: str, got: np.ndarray, uniform: np.ndarray, tol: float) -> bool:
+    """Whether a fully masked row's output follows the convention: zeros, NaN, or uniform
+    (within ``tol`` of ``uniform``: 1/n for softmax, the mean of V for attention)."""
+    if convention == "zeros":
+        return bool(np.all(got == 0))
+    if convention == "nan":
+        return bool(np.all(np.isnan(got)))
+    return bool(np.all(np.abs(got - uniform) <= tol))
+
+
 def measure_softmax_fully_masked(kernel: Kernel, x: np.ndarray, conv: Conventions, *,
                                  y: np.ndarray | None = None) -> Measurement:
     """A row of only -inf follows the declared convention (zeros, or NaN like torch.softmax)."""
@@ -243,10 +253,12 @@ def measure_softmax_fully_masked(kernel: Kernel, x: np.ndarray, conv: Convention
     if not empty.any() or conv.fully_masked == "any":
         return Measurement("fully_masked")
     y = (kernel.softmax(x) if y is None else y).astype(np.float64)
+    n = x.shape[-1]
     for r in np.flatnonzero(empty):
-        ok = np.all(y[r] == 0) if conv.fully_masked == "zeros" else np.all(np.isnan(y[r]))
+        # uniform: 1/n, within a few units of the output's rounding
+        ok = _meets(conv.fully_masked, y[r], np.full(n, 1.0 / n), 4 * resolve(x.dtype).u / n)
         if not ok:
-            want = "zeros" if conv.fully_masked == "zeros" else "NaN"
+            want = {"zeros": "zeros", "nan": "NaN", "uniform": f"1/{n} everywhere"}[conv.fully_masked]
             return Measurement(
                 "fully_masked", ok=False, worst_row=int(r), max_bound_use=np.inf,
                 conventions={"fully_masked": False},
@@ -542,13 +554,20 @@ def measure_attention_fully_masked(kernel: Kernel, inp: AttentionInputs, conv: C
     o, lse = kernel.attention(inp) if out is None else out
     o64 = o.astype(np.float64)
     idx = np.argwhere(rows)
+    v64 = inp.v.astype(np.float64)
+    group = inp.q.shape[1] // inp.k.shape[1]
+    sk = inp.k.shape[2]
     for b, h, i in idx:
-        ok = np.all(o64[b, h, i] == 0) if conv.fully_masked == "zeros" else np.all(np.isnan(o64[b, h, i]))
+        # uniform (a finite-min mask): every key weighs 1/Sk, so o is the mean of V
+        mean_v = v64[b, h // group].mean(axis=0)
+        tol = (4 * resolve(inp.q.dtype).u + sk * conv.numerics.working.u) * float(np.abs(v64[b, h // group]).max(initial=0.0))
+        ok = _meets(conv.fully_masked, o64[b, h, i], mean_v, tol)
         if ok and lse is not None and conv.fully_masked == "zeros":
             ok = _lse_natural(lse, conv)[b, h, i] == -np.inf
         if not ok:
             got_lse = "" if lse is None else f", lse {float(lse[b, h, i])!r}"
-            want = "zeros and lse -inf" if conv.fully_masked == "zeros" else "NaN"
+            want = {"zeros": "zeros and lse -inf", "nan": "NaN",
+                    "uniform": f"the mean of V over the keys ({_short(mean_v)})"}[conv.fully_masked]
             return Measurement(
                 "fully_masked", ok=False, max_bound_use=np.inf,
                 conventions={"fully_masked": False},

@@ -89,6 +89,8 @@ class CheckResult:
     device: str
     #: the input the kernel hung on, when it did (the run stopped there)
     hung: str | None = None
+    #: Triton compilations the run caused: count, seconds, autotune_runs, summary
+    compiles: dict[str, Any] | None = None
 
     @property
     def passed(self) -> bool:
@@ -136,6 +138,8 @@ class CheckResult:
         if not_run:
             reason = next(o.reason for o in self.outcomes if o.status == "not_run")
             parts.append(f"not run ({reason}): {', '.join(not_run)}")
+        if self.compiles and (self.compiles.get("count") or self.device == "cuda"):
+            parts.append(f"compiles: {self.compiles['summary']}")
         refused: dict[str, int] = {}
         for o in self.outcomes:
             for fam, k in o.rejected_by_family.items():
@@ -166,4 +170,6 @@ class CheckResult:
                      "replay": o.failure.replay_path}}
                 for o in self.outcomes
             ],
+            "hung": self.hung,
+            "compiles": self.compiles,
         }
