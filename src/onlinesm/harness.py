@@ -129,7 +129,7 @@ def hung_call_count() -> int:
 class Kernel:
     """A user kernel bound to an op, a backend and a device, called under the contract.
 
-    ``fn`` follows DESIGN.md section 3: softmax ``fn(x) -> y``; attention
+    ``fn`` follows the call contract (docs/conventions.md): softmax ``fn(x) -> y``; attention
     ``fn(q, k, v, *, mask=None, causal=False, scale=None)`` returning ``o`` or ``(o, lse)``,
     with ``return_lse=True`` passed when the kernel accepts that keyword.
     """
