@@ -39,7 +39,7 @@ import numpy as np
 from hypothesis import HealthCheck, Verbosity, example, given, reject, settings
 from hypothesis import seed as hypothesis_seed
 from hypothesis.database import DirectoryBasedExampleDatabase
-from hypothesis.errors import Unsatisfiable
+from hypothesis.errors import UnsatisfiedAssumption, Unsatisfiable
 
 from onlinesm.declarations import PROFILES, Conventions, Domain, RunOptions
 from onlinesm.dtypes import resolve
@@ -239,6 +239,14 @@ def _inside(case: Any, op: str, domain: Domain) -> bool:
             and (not case.causal or domain.allow_causal))
 
 
+def _in_domain(case: Any, op: str, domain: Domain) -> bool:
+    """Reject a drawn case outside the domain: the kernel never sees it (a guard: the
+    strategies already draw inside it)."""
+    if not _inside(case, op, domain):
+        reject()
+    return True
+
+
 def _unpack(op: str) -> Callable[[Any], Any]:
     if op == "softmax":
         return lambda case: case.x
@@ -289,6 +297,9 @@ def _run_given(strategy: Any, body: Callable[[Any], None], *, examples: Sequence
         tally.examples += 1
         try:
             body(case)
+        except UnsatisfiedAssumption:
+            tally.examples -= 1  # drawn outside the domain: never reached the kernel
+            raise
         except Untested as err:
             tally.untested += 1
             tally.untested_reason = tally.untested_reason or str(err)
@@ -499,7 +510,7 @@ def _run(fn: Callable[..., Any], op: str, conventions: Conventions, domain: Doma
                 continue
             needs = _NEEDS.get(prop_name) if op == "attention" else None
             why = needs(domain, conv) if needs else None
-            if prop_name == "split_merge" and not kernel.accepts_return_lse:
+            if why is None and prop_name == "split_merge" and not kernel.accepts_return_lse:
                 why = "needs lse to merge two halves; the kernel returns o only"
             if why:
                 outcomes.append(PropertyOutcome(prop_name, dtype, "na", reason=why))
@@ -507,7 +518,7 @@ def _run(fn: Callable[..., Any], op: str, conventions: Conventions, domain: Doma
                 continue
             prop = registry[prop_name]
             start = time.monotonic()
-            tally = _run_given(strategy, lambda c, p=prop: p(kernel, unpack(c), conv),
+            tally = _run_given(strategy, lambda c, p=prop: _in_domain(c, op, domain) and p(kernel, unpack(c), conv),
                                examples=explicit, options=options,
                                database=_db_path(kernel, op, prop_name, dtype) if options.database else None)
             outcome = _outcome(kernel, op, prop_name, prop, dtype, conv, tally, state, options)
