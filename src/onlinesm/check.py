@@ -101,7 +101,13 @@ def _adapted(fn: Callable[..., Any] | None, op: str, target: str | None,
             raise UsageError("no kernel given; pass the kernel, or convention='sdpa' for torch's SDPA")
         return fn, keywords
     if op != "attention":
-        raise UsageError(f"{', '.join(chosen) or 'adapter'} apply to attention kernels only, not op={op!r}")
+        if spec is None and set(chosen) == {"fixed_kwargs"} and fn is not None:
+            import functools  # a softmax with fixed keywords: torch.softmax with dim=-1
+
+            wrapped = functools.wraps(fn)(functools.partial(fn, **chosen["fixed_kwargs"]))
+            return wrapped, keywords
+        raise UsageError(f"{', '.join(chosen) or 'adapter'} apply to attention kernels only "
+                         f"(a softmax takes --kwarg only), not op={op!r}")
     try:
         if spec is not None:
             adapted = adapters.Adapted.from_json(spec.to_dict() if hasattr(spec, "to_dict") else spec, fn=fn)
