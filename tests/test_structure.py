@@ -1,0 +1,28 @@
+"""The package's structure: no import circle, and nothing refers outside the repository."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "bench"))
+
+import import_graph  # noqa: E402
+
+
+def test_there_is_no_import_circle() -> None:
+    edges = import_graph.graph()
+    assert "onlinesm.engine" in edges and "onlinesm.strategies" in edges  # the graph is real
+    assert import_graph.cycles(edges) == []
+
+
+def test_the_cycle_finder_finds_a_cycle() -> None:
+    assert import_graph.cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == [["a", "b", "c", "a"]]
+
+
+def test_the_code_refers_to_no_document_outside_the_repository() -> None:
+    for base in ("src", "strategies", "docs", "bench", "tests"):
+        for path in (ROOT / base).rglob("*"):
+            if path.suffix in (".py", ".md") and path.name != "test_structure.py":
+                assert "DESIGN.md" not in path.read_text(), path
