@@ -426,6 +426,12 @@ def _bench_quickly(fn: Any, quantiles: Any = None) -> Any:
     return triton.testing.do_bench(fn, warmup=5, rep=40, quantiles=quantiles)
 
 
+#: The same kernel with every integer specialised (Triton's default): the fastest code for each
+#: shape, at one compilation per shape and config. The autotuned path (benchmarks and normal use)
+#: launches it; under ``onlinesm check`` (configs pinned) ``_attn_fwd`` compiles a bounded
+#: number of variants instead (see ATTN_DO_NOT_SPECIALIZE).
+_attn_fwd_specialised = triton.jit(_attn_fwd.fn)
+
 _attn_fwd_tuned = triton.autotune(
     configs=[
         triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_stages=s, num_warps=w)
@@ -434,7 +440,7 @@ _attn_fwd_tuned = triton.autotune(
     key=["SEQ_BUCKET", "BH_BUCKET", "BLOCK_D", "CAUSAL", "HAS_MASK", "EVEN_D", "ALIGNED"],
     prune_configs_by={"early_config_prune": _prune_configs},
     do_bench=_bench_quickly,
-)(_attn_fwd)
+)(_attn_fwd_specialised)
 
 
 # --------------------------------------------------------------------------------------------

@@ -61,6 +61,8 @@ import torch
 import triton
 import triton.language as tl
 
+from onlinesm.kernels.pinning import configs_pinned
+
 from onlinesm.kernels import interpreting
 
 __all__ = [
@@ -497,7 +499,7 @@ def softmax(
         if p.stages > 1 and not INTERPRETED:
             t = {**TUNING, **(tuning or {})}
             grid = (min(grid[0], _sm_count(x.device) * int(t["chip_programs_per_sm"])),)
-        _softmax_on_chip_kernel[grid](
+        _variant(_softmax_on_chip_kernel, _softmax_on_chip_specialised)[grid](
             x2, y2, n_rows, n_cols, x2.stride(0), y2.stride(0),
             BLOCK_N=p.block, ROWS=p.rows_per_program, NAN_IF_EMPTY=nan_if_empty,
             ROUND_BF16=round_bf16, STAGES=p.stages, ALIGNED=aligned, num_warps=p.num_warps,
@@ -519,12 +521,25 @@ def softmax(
         groups = min(n_rows, slots)
         part = torch.empty(n_rows * p.split * 2, dtype=torch.float32, device=x.device)
         count = torch.zeros(n_rows, dtype=torch.int32, device=x.device)
-        _softmax_split_kernel[(groups * p.split,)](
+        _variant(_softmax_split_kernel, _softmax_split_specialised)[(groups * p.split,)](
             x2, y2, part, count, n_rows, n_cols, x2.stride(0), y2.stride(0),
             CHUNK=p.block, SPLIT=p.split, NAN_IF_EMPTY=nan_if_empty,
             MAX_SPIN=int(t["max_spin"]), ALIGNED=aligned, num_warps=p.num_warps,
         )
     return y2.reshape(x.shape)
+
+
+#: The same on-chip and split kernels with every integer specialised (Triton's default): the
+#: fastest code for each shape, at one compilation per shape. Benchmarks and normal use launch
+#: these; under ``onlinesm check`` (configs pinned) the kernels above compile once per dtype and
+#: block size instead (see SOFTMAX_DO_NOT_SPECIALIZE).
+_softmax_on_chip_specialised = triton.jit(_softmax_on_chip_kernel.fn)
+_softmax_split_specialised = triton.jit(_softmax_split_kernel.fn)
+
+
+def _variant(bounded: Any, specialised: Any) -> Any:
+    """The kernel to launch: few compilations under a check, the fastest code otherwise."""
+    return bounded if (INTERPRETED or configs_pinned()) else specialised
 
 
 class _CallableModule(types.ModuleType):
