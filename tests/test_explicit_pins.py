@@ -71,3 +71,23 @@ def test_check_module_builders_match_the_pins(dtype: str) -> None:
             dtype, head_dims=(16, 32, 64), max_seq_q=64, max_seq_k=96, families=None,
             allow_mask=True, allow_causal=True, allow_gqa=gqa, same_seq=False, max_heads=4)
         assert attention_digest(cases) == PINNED[f"at/{dtype}/gqa={gqa}"]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_registry_builders_match_the_pins(dtype: str) -> None:
+    """The registry's builders give the pinned cases: with room for one batch of every family
+    (max_rows >= 14) the very same batches; with the old max_rows=8 the same rows, in order,
+    split into batches of at most 8 rows (the old batch of 14 rows was outside the domain)."""
+    from onlinesm.strategies import (LEGACY_DOMAIN, default_domain, explicit_attention_cases,
+                                     explicit_softmax_batches)
+
+    assert LEGACY_DOMAIN == PINNED_DOMAIN
+    whole = explicit_softmax_batches(dtype, default_domain(**{**PINNED_DOMAIN, "max_rows": 16}))
+    assert softmax_digest(whole) == PINNED[f"sm/{dtype}"]
+    split = explicit_softmax_batches(dtype, default_domain(**PINNED_DOMAIN))
+    assert all(c.x.shape[0] <= 8 for c in split)
+    assert np.array_equal(np.concatenate([c.x for c in split if c.x.shape[1] == 130]), whole[0].x)
+    assert np.array_equal(np.concatenate([c.x for c in split if c.x.shape[1] == 1000]), whole[1].x)
+    for gqa in (False, True):
+        cases = explicit_attention_cases(dtype, default_domain(**{**PINNED_DOMAIN, "allow_gqa": gqa}))
+        assert attention_digest(cases) == PINNED[f"at/{dtype}/gqa={gqa}"]
