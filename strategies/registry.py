@@ -183,8 +183,8 @@ def explicit_softmax_batches(dtype: Any, domain: Any) -> list[SoftmaxCase]:
                 for f in names]
         fams = list(names)
         if length in wide:
-            runs = sorted({t for t in (1024, max(t for t in _WIDE_TILES if t < length))
-                           if t < length})
+            below = [t for t in _WIDE_TILES if t < length]  # whole tiles that fit, 1 finite left
+            runs = sorted({below[0], below[-1]}) if below else []
             for fam, key in (("masked_prefix", "prefix"), ("masked_suffix", "suffix")):
                 if fam in names:
                     for run in runs:
