@@ -30,7 +30,7 @@ from onlinesm.strategies import (
 #: name -> domain overrides: the domains every draw is checked against
 DOMAINS: dict[str, dict[str, Any]] = {
     "default": {},
-    "multiple64": dict(seq_multiple=64),
+    "multiple64": dict(seq_multiple=64, max_seq_q=128),
     "same_seq": dict(same_seq=True),
     "no_mask": dict(allow_mask=False),
     "no_causal_no_mask": dict(allow_mask=False, allow_causal=False),
