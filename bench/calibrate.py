@@ -38,10 +38,8 @@ try:
     from onlinesm.strategies import SOFTMAX_FAMILIES, generate_row
 except ImportError:
     from onlinesm.strategies.families import SOFTMAX_FAMILIES, generate_row
-try:
-    from onlinesm.strategies import ATTENTION_FAMILIES, generate_attention
-except ImportError:
-    from onlinesm.strategies.attention import ATTENTION_FAMILIES, generate_attention
+from onlinesm.strategies import (ATTENTION_FAMILIES, default_domain, family_excluded, family_shape,
+                                 generate_attention)
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from numpy_kernels import (  # noqa: E402  (shared with tests/test_tolerance.py)
@@ -144,12 +142,20 @@ def _record(table: dict, key: tuple, comp: Any) -> None:
                       "failed": comp.n_failed, "checked": comp.n_checked}
 
 
+#: The calibration's attention domains: Sq < 80, Sk < 300, the head dims real kernels use,
+#: B = 2, H = 4; decode is calibrated at long keys (500 <= Sk < 4096). The families' shape rules
+#: (decode Sq = 1, one_key Sk = 1, ...) live in onlinesm.strategies (family_shape).
+CALIBRATION_DOMAIN = default_domain(head_dims=(16, 24, 40, 64, 80, 96, 128, 256), max_batch=2,
+                                    max_heads=4, max_seq_q=79, max_seq_k=299, allow_gqa=True)
+LONG_KEYS_DOMAIN = default_domain(**{**CALIBRATION_DOMAIN.__dict__, "min_seq_k": 500,
+                                     "max_seq_k": 4095})
+
+
 def _attention_shape(family: str, rng: np.random.Generator) -> dict[str, int]:
-    sq = 1 if family == "decode" else int(rng.integers(1, 80))
-    sk = {"one_key": 1, "decode": int(rng.integers(500, 4096)),
-          "masked_leading_tiles": int(rng.integers(65, 400))}.get(family, int(rng.integers(1, 300)))
-    d = int(rng.choice([16, 24, 40, 64, 80, 96, 128, 256]))
-    return dict(batch=2, heads=4 if family == "gqa" else 2, seq_q=sq, seq_k=sk, head_dim=d)
+    domain = LONG_KEYS_DOMAIN if family == "decode" else CALIBRATION_DOMAIN
+    shape = family_shape(family, domain, rng)
+    assert shape is not None, family_excluded(family, domain)
+    return shape
 
 
 def run_correct(seeds: int, log: Callable[[str], None]) -> tuple[dict, dict]:

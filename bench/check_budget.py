@@ -1,4 +1,4 @@
-"""Issue 5's targets for the property suite, on this machine (a benchmark, not a test).
+"""The property suite's time and catch targets, on this machine (a benchmark, not a test).
 
 (a) wall time of a *default* ``check_softmax`` / ``check_attention`` (only the kernel's declared
     conventions): targets < 60 s and < 120 s on a 2-core CPU;
@@ -8,9 +8,16 @@
     sizes, a small ``max_examples`` so the loop fits in ~15 min).
 
     python bench/check_budget.py [--seeds 20] [--fa-examples 4] [--workers 2] [--out reports]
+        [--domain legacy|recommended] [--triton]
 
 (a) runs alone (nothing else on the CPU); (b) and (c) run in ``--workers`` processes, so their
 per-run times are with the other core busy. Writes ``check_budget.md`` and ``.json`` to --out.
+
+``--domain recommended`` runs every check inside ``onlinesm.strategies.default_domain()`` (the
+recommended defaults: rows to 8193, Sk to 300, D to 128): its limits are passed as the check's
+keywords and its explicit cases (``explicit_softmax_batches`` / ``explicit_attention_cases``)
+replace the check's own, as the check driver will call them. ``--triton`` adds the built-in
+Triton kernels (under the interpreter on a CPU) to (a).
 """
 
 from __future__ import annotations
@@ -30,6 +37,30 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
 
 QUIET = dict(raise_on_failure=False, database=False, save_failures=False)
+DOMAIN: dict[str, Any] = {}  # the domain keywords of --domain (empty: the check's defaults)
+
+
+def use_domain(name: str) -> dict[str, Any]:
+    """Run the checks inside the named domain: its keywords for check_softmax/check_attention,
+    and its explicit cases in place of the check's own (what the check driver will call)."""
+    import onlinesm.check as check
+    from onlinesm import strategies
+
+    fields = dict(strategies.RECOMMENDED_DOMAIN if name == "recommended" else strategies.LEGACY_DOMAIN)
+    spec = strategies.default_domain(**fields)
+    if hasattr(check, "_softmax_family_batch"):
+        def softmax_batches(dtype, min_len, max_len, families, allow_nonfinite):  # type: ignore[no-untyped-def]
+            return strategies.explicit_softmax_batches(dtype, spec)
+
+        def attention_cases(dtype, **_kw):  # type: ignore[no-untyped-def]
+            return strategies.explicit_attention_cases(dtype, spec)
+
+        check._softmax_family_batch = softmax_batches
+        check._attention_family_cases = attention_cases
+    sm = {k: fields[k] for k in ("min_len", "max_len", "max_rows")}
+    at = {k: fields[k] for k in ("head_dims", "max_batch", "max_heads", "max_seq_q", "max_seq_k",
+                                 "allow_mask", "allow_causal", "allow_gqa", "same_seq")}
+    return {"softmax": sm, "attention": at, "name": name}
 
 # (kernel name in the gallery, op, declared conventions): the default check is run with these only
 MUTANTS: list[tuple[str, str, dict[str, Any]]] = [
@@ -82,7 +113,27 @@ def _resolve(name: str) -> Any:
     from onlinesm import reference
 
     mod, _, attr = name.rpartition(".")
+    if mod == "builtin":
+        from onlinesm.report import builtin
+
+        return getattr(builtin, attr)
     return getattr({"gallery": gallery, "reference": reference, "": gallery}[mod], attr)
+
+
+def triton_defaults() -> list[tuple[str, str, dict[str, Any], int]]:
+    """The built-in Triton kernels with their declared conventions, for (a)."""
+    import importlib
+
+    from onlinesm.kernels import use_interpreter
+
+    use_interpreter(None)
+    sm = importlib.import_module("onlinesm.kernels.softmax")
+    at = importlib.import_module("onlinesm.kernels.attention")
+    return [("builtin.triton_softmax", "softmax",
+             {"accumulate": sm.ACCUMULATE, "exp": sm.EXP}, 60),
+            ("builtin.triton_attention", "attention",
+             {"fully_masked": at.FULLY_MASKED, "lse_base": at.LSE_BASE, "accumulate": at.ACCUMULATE,
+              "exp": at.EXP, "allow_tf32": bool(at.ALLOW_TF32), "p_dtype": at.P_DTYPE}, 120)]
 
 
 def _check(name: str, op: str, conv: dict[str, Any], **extra: Any) -> dict[str, Any]:
@@ -92,7 +143,8 @@ def _check(name: str, op: str, conv: dict[str, Any], **extra: Any) -> dict[str, 
     run = check_softmax if op == "softmax" else check_attention
     start = time.monotonic()
     try:
-        result = run(fn, name=name.rpartition(".")[2], **conv, **QUIET, **extra)
+        domain = {k: v for k, v in DOMAIN.get(op, {}).items() if k not in conv}
+        result = run(fn, name=name.rpartition(".")[2], **conv, **QUIET, **domain, **extra)
     except Exception as err:  # a UsageError counts as caught only if it is the mutant's doing
         return {"kernel": name, "op": op, "conventions": conv, **extra, "seconds": time.monotonic() - start,
                 "error": f"{type(err).__name__}: {err}", "failed": [], "passed": False}
@@ -130,23 +182,36 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--out", default=str(ROOT / "reports"))
     ap.add_argument("--skip", default="", help="comma list of parts to skip: a,b,c")
+    ap.add_argument("--domain", choices=("legacy", "recommended"), default=None,
+                    help="run inside this domain with the registry's explicit cases")
+    ap.add_argument("--triton", action="store_true", help="add the built-in Triton kernels to (a)")
+    ap.add_argument("--only", default="", help="(a): comma list of kernel names to run, e.g. sdpa_math")
     args = ap.parse_args(argv)
+    if args.domain:
+        DOMAIN.update(use_domain(args.domain))
     skip = set(filter(None, args.skip.split(",")))
     t0 = time.monotonic()
     data: dict[str, Any] = {
         "schema": "onlinesm.check_budget/1", "date": "2026-11-30",
         "machine": f"{platform.system()} {platform.machine()}, {os.cpu_count()} CPUs (2-core CPU)",
         "versions": versions(), "command": "python bench/check_budget.py " + " ".join(argv or sys.argv[1:]),
-        "settings": {"seeds": args.seeds, "fa_max_examples": args.fa_examples, "workers": args.workers},
+        "settings": {"seeds": args.seeds, "fa_max_examples": args.fa_examples, "workers": args.workers,
+                     "domain": args.domain or "the check's defaults"},
     }
 
     # (a) the default checks, alone on the machine, seed 0
     if "a" not in skip:
         data["default"] = []
-        for name, op, conv, target in (("gallery.torch_softmax", "softmax", {"fully_masked": "nan"}, 60),
-                                       ("gallery.correct_online", "softmax", {}, 60),
-                                       ("gallery.correct_attention", "attention", {}, 120),
-                                       ("gallery.sdpa_math", "attention", {"fully_masked": "any"}, 120)):
+        runs = [("gallery.torch_softmax", "softmax", {"fully_masked": "nan"}, 60),
+                ("gallery.correct_online", "softmax", {}, 60),
+                ("gallery.correct_attention", "attention", {}, 120),
+                ("gallery.sdpa_math", "attention", {"fully_masked": "any"}, 120)]
+        if args.triton:
+            runs += triton_defaults()
+        only = set(filter(None, args.only.split(",")))
+        for name, op, conv, target in runs:
+            if only and name.rpartition(".")[2] not in only:
+                continue
             r = _check(name, op, conv, seed=0)
             r["target_s"] = target
             data["default"].append(r)
@@ -185,11 +250,12 @@ def main(argv: list[str] | None = None) -> int:
 def markdown(data: dict[str, Any]) -> str:
     v = data["versions"]
     lines = [
-        "# Issue 5 targets: the default check's time, the gallery, false alarms",
+        "# The default check's time, the gallery, false alarms",
         "",
         f"Date {data['date']}; machine: {data['machine']}; Python {v['python']}, torch {v['torch']}, "
         f"numpy {v['numpy']}, hypothesis {v['hypothesis']}, onlinesm {v['onlinesm']}.",
-        f"Command: `{data['command']}` (total {data.get('seconds_total', '?')} s).",
+        f"Command: `{data['command']}` (total {data.get('seconds_total', '?')} s); domain: "
+        f"{data['settings'].get('domain', 'the check defaults')}.",
         "",
     ]
     if "default" in data:

@@ -18,7 +18,13 @@ Contents:
   numpy generator :func:`generate_row` with :data:`SOFTMAX_FAMILIES`;
 - attention: :func:`attention_inputs` (:class:`AttentionCase`), the numpy generator
   :func:`generate_attention` with :data:`ATTENTION_FAMILIES`;
-- lengths: :func:`row_lengths`, clustered at powers of two and tile sizes ± 1.
+- lengths: :func:`row_lengths`, clustered at powers of two and tile sizes ± 1;
+- the family registry (:mod:`.registry`): :data:`FAMILIES` (name, op, description, what it
+  catches, generator, shape rule), and, for a *domain* (any object with the attributes of
+  ``onlinesm.declarations.Domain``, or :func:`default_domain`): the explicit examples
+  :func:`explicit_softmax_batches` / :func:`explicit_attention_cases`, the strategies
+  :func:`softmax_strategy` / :func:`attention_strategy`, :func:`family_excluded` (why a
+  family cannot be generated inside the domain) and :func:`family_shape`.
 
 Every value drawn is exactly a value of the requested dtype (bf16 as ``ml_dtypes.bfloat16``).
 """
@@ -31,8 +37,10 @@ from .attention import (
     ATTENTION_FAMILIES,
     AttentionCase,
     attention_inputs,
+    attention_strategy,
     generate_attention,
 )
+from .domain import LEGACY_DOMAIN, RECOMMENDED_DOMAIN, DomainSpec, default_domain, read_domain
 from .families import (
     DEFAULT_FAMILIES,
     OPT_IN_FAMILIES,
@@ -43,7 +51,16 @@ from .families import (
     generate_row,
 )
 from .lengths import TILE_SIZES, interesting_lengths, row_lengths
+from .registry import (
+    FAMILIES,
+    REGISTRY,
+    Family,
+    explicit_attention_cases,
+    explicit_softmax_batches,
+    softmax_strategy,
+)
 from .scalars import arrays_of, edge_values, floats_of
+from .shapes import SHAPE_RULES, ShapeRule, family_excluded, family_shape
 from .softmax import (
     FAMILY_STRATEGIES,
     SoftmaxCase,
@@ -112,6 +129,23 @@ __all__ = [
     "row_lengths",
     "interesting_lengths",
     "TILE_SIZES",
+    # the registry and the domain
+    "FAMILIES",
+    "REGISTRY",
+    "Family",
+    "explicit_softmax_batches",
+    "explicit_attention_cases",
+    "softmax_strategy",
+    "attention_strategy",
+    "family_excluded",
+    "family_shape",
+    "SHAPE_RULES",
+    "ShapeRule",
+    "DomainSpec",
+    "default_domain",
+    "read_domain",
+    "RECOMMENDED_DOMAIN",
+    "LEGACY_DOMAIN",
     # errors
     "InvalidArgument",
 ]

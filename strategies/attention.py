@@ -25,13 +25,16 @@ from hypothesis import strategies as st
 from onlinesm.dtypes import FloatFormat
 
 from ._validate import InvalidArgument, check_bool, check_dtype, check_families, check_int
+from .domain import DomainSpec, read_domain, seq_bounds
 from .lengths import row_lengths
+from .shapes import LEADING_TILE, SHAPE_RULES, family_excluded, shape_violation
 
 __all__ = [
     "ATTENTION_FAMILIES",
     "ALL_HEAD_DIMS",
     "AttentionCase",
     "attention_inputs",
+    "attention_strategy",
     "generate_attention",
 ]
 
@@ -59,7 +62,7 @@ ATTENTION_FAMILIES: dict[str, str] = {
 #: Head dims worth testing, powers of two and not (pass a subset as ``head_dims``).
 ALL_HEAD_DIMS: tuple[int, ...] = (16, 24, 32, 40, 48, 64, 72, 80, 96, 128, 160, 192, 256)
 
-_LEADING_TILE = 64
+_LEADING_TILE = LEADING_TILE
 _MAX_SEQ = 2**20
 
 
@@ -130,6 +133,7 @@ def generate_attention(
     causal: bool | None = None,
     scale: float | None = None,
     masked: bool | None = None,
+    hidden: int | Sequence[int] | None = None,
 ) -> AttentionCase:
     """One :class:`AttentionCase` of ``family``, filled from ``rng`` (no Hypothesis needed).
 
@@ -137,7 +141,11 @@ def generate_attention(
     True for the causal family and False otherwise; ``masked`` (whether the gaussian-like
     families add a random mask) defaults to a coin flip. Families constrain the shape: decode
     needs ``seq_q=1``, one_key ``seq_k=1``, masked_leading_tiles ``seq_k >= 65``, gqa
-    ``heads >= 2``; key_padding and masked_leading_tiles always carry a mask, causal never does.
+    ``heads >= 2`` (the table :data:`onlinesm.strategies.shapes.SHAPE_RULES`); key_padding and
+    masked_leading_tiles always carry a mask, causal never does. ``hidden`` (masked_leading_tiles
+    only) pins the leading masked run: an int hides that many keys from a random half of the
+    queries (as drawn), a sequence hides ``hidden[i % len(hidden)]`` keys from query i (every
+    query; 0 hides none), e.g. ``hidden=(64, 128, 256)``.
 
     >>> case = generate_attention("decode", "bf16", np.random.default_rng(0), batch=1,
     ...                           heads=2, seq_q=1, seq_k=300, head_dim=64)
@@ -153,16 +161,18 @@ def generate_attention(
     sq = check_int("seq_q", seq_q, min_value=1, max_value=_MAX_SEQ)
     sk = check_int("seq_k", seq_k, min_value=1, max_value=_MAX_SEQ)
     d = check_int("head_dim", head_dim, min_value=1, max_value=1024)
-    if family == "decode" and sq != 1:
-        raise InvalidArgument(f"seq_q={sq} but family 'decode' needs seq_q=1")
-    if family == "one_key" and sk != 1:
-        raise InvalidArgument(f"seq_k={sk} but family 'one_key' needs seq_k=1")
-    if family == "masked_leading_tiles" and sk <= _LEADING_TILE:
-        raise InvalidArgument(f"seq_k={sk} but family 'masked_leading_tiles' needs "
-                              f"seq_k >= {_LEADING_TILE + 1} (a hidden tile plus a visible key)")
+    broken = shape_violation(family, seq_q=sq, seq_k=sk, heads=h)
+    if broken:
+        raise InvalidArgument(broken)
+    if hidden is not None:
+        if family != "masked_leading_tiles":
+            raise InvalidArgument(f"hidden={hidden!r} is for family 'masked_leading_tiles' "
+                                  f"only, not {family!r}; leave it None")
+        runs = (hidden,) if isinstance(hidden, (int, np.integer)) else tuple(hidden)
+        if not runs or any(isinstance(r, bool) or not 0 <= int(r) < sk for r in runs):
+            raise InvalidArgument(f"hidden={hidden!r} must be run lengths in [0, seq_k - 1] = "
+                                  f"[0, {sk - 1}] (one key stays visible), e.g. hidden=(64, 128)")
     if family == "gqa":
-        if h < 2:
-            raise InvalidArgument(f"heads={h} but family 'gqa' needs heads >= 2")
         if kv_heads is None:
             divisors = [g for g in range(1, h) if h % g == 0]
             kv_heads = divisors[rng.integers(0, len(divisors))]
@@ -215,12 +225,17 @@ def generate_attention(
         blank[rng.integers(0, sq)] = True  # at least one query sees nothing in every batch
         mask[:, :, blank, :] = False
     elif family == "masked_leading_tiles":
-        hidden_options = [p for p in (64, 65, 127, 128, 129, 255, 256, 257) if p < sk]
-        hidden = hidden_options[rng.integers(0, len(hidden_options))]
         mask = np.ones((b, 1, sq, sk), dtype=bool)
-        rows = rng.random(sq) < 0.5
-        rows[rng.integers(0, sq)] = True
-        mask[:, :, rows, :hidden] = False
+        if hidden is None or isinstance(hidden, (int, np.integer)):
+            if hidden is None:
+                hidden_options = [p for p in (64, 65, 127, 128, 129, 255, 256, 257) if p < sk]
+                hidden = hidden_options[rng.integers(0, len(hidden_options))]
+            rows = rng.random(sq) < 0.5
+            rows[rng.integers(0, sq)] = True
+            mask[:, :, rows, :int(hidden)] = False
+        else:  # one run per query, cycling through the given lengths
+            for i in range(sq):
+                mask[:, :, i, :int(hidden[i % len(hidden)])] = False
 
     if family in ("gaussian", "outliers", "huge_logits", "gqa", "decode", "one_key",
                   "huge_v_cancel"):
@@ -247,25 +262,125 @@ def generate_attention(
 # the Hypothesis strategy
 
 
-def _available(allow_mask: bool, allow_causal: bool, allow_gqa: bool, same_seq: bool,
-               max_heads: int, max_seq_q: int, max_seq_k: int) -> dict[str, str]:
-    """Family -> why it cannot be drawn with these arguments ('' when it can)."""
-    why = {f: "" for f in ATTENTION_FAMILIES}
-    if not allow_mask:
-        why["key_padding"] = why["masked_leading_tiles"] = "needs allow_mask=True"
-    elif max_seq_k <= _LEADING_TILE:
-        why["masked_leading_tiles"] = f"needs max_seq_k >= {_LEADING_TILE + 1}"
-    if not allow_causal:
-        why["causal"] = "needs allow_causal=True"
-    if not allow_gqa:
-        why["gqa"] = "needs allow_gqa=True"
-    elif max_heads < 2:
-        why["gqa"] = "needs max_heads >= 2"
-    if same_seq:
-        why["decode"] = "needs same_seq=False (decode has Sq = 1 < Sk)"
-    elif max_seq_k < 2:
-        why["decode"] = "needs max_seq_k >= 2"
-    return why
+def _seqs(lo: int, hi: int, m: int) -> st.SearchStrategy[int]:
+    """Lengths in [lo, hi] that are multiples of ``m`` (lo, hi multiples of m), clustered at
+    tile sizes: for m = 1 exactly :func:`row_lengths`, else m x row_lengths(lo/m, hi/m)."""
+    if m == 1:
+        return row_lengths(min_len=lo, max_len=hi)
+    return row_lengths(min_len=lo // m, max_len=hi // m).map(lambda k: k * m)
+
+
+#: Above this many query-key pairs per example (B·H·Sq·Sk), batch and heads drop to 1
+#: (grouped heads keep theirs): long keys at small batch, so a default check stays in budget.
+#: The old largest shape (2 x 4 x 64 x 96) is below it, so its draws are unchanged.
+WORK_CAP: int = 2 * 4 * 64 * 96
+
+
+def _strategy(fmt: FloatFormat, d: DomainSpec, fams: tuple[str, ...]) -> st.SearchStrategy[AttentionCase]:
+    """The Hypothesis strategy proper: every draw lies inside ``d`` (already validated)."""
+    m = d.seq_multiple
+    q_lo, q_hi = seq_bounds(d, "q")  # type: ignore[misc]  # families were checked
+    k_lo, k_hi = seq_bounds(d, "k")  # type: ignore[misc]
+    both = seq_bounds(d, "both") if d.same_seq else None
+    dims = d.head_dims
+    scales = st.sampled_from((None, 1.0, 0.5, 0.125))
+
+    @st.composite
+    def _cases(draw: st.DrawFn) -> AttentionCase:
+        family = draw(st.sampled_from(fams))
+        rule = SHAPE_RULES[family]
+        b = draw(st.integers(1, d.max_batch))
+        if family == "gqa":
+            h = draw(st.integers(2, d.max_heads))
+            hkv: int | None = draw(st.sampled_from([g for g in range(1, h) if h % g == 0]))
+        else:
+            h, hkv = draw(st.integers(1, d.max_heads)), None
+        # sequence lengths, as the family's rule and the domain require
+        if family == "decode":  # Sq = 1 (seq_multiple = 1, not same_seq: else excluded)
+            sq = 1
+            lo = max(2, k_lo)
+            sk = draw(st.one_of(st.just(k_hi), row_lengths(min_len=lo, max_len=k_hi)))
+        elif family == "one_key":
+            sq, sk = (1 if d.same_seq else draw(_seqs(q_lo, q_hi, m))), 1
+        elif d.same_seq:
+            lo, hi = both  # type: ignore[misc]
+            lo = max(lo, -(-rule.min_seq_k // m) * m)
+            sq = sk = draw(_seqs(lo, hi, m))
+        elif family == "masked_leading_tiles":
+            sk = draw(_seqs(max(k_lo, -(-rule.min_seq_k // m) * m), k_hi, m))
+            sq = draw(_seqs(q_lo, q_hi, m))
+        else:
+            sq = draw(_seqs(q_lo, q_hi, m))
+            sk = draw(_seqs(k_lo, k_hi, m))
+            if family == "causal" and sq == sk:  # Sq != Sk where the domain allows it
+                if sk + m <= k_hi:
+                    sk += m
+                elif sk - m >= k_lo:
+                    sk -= m
+                elif sq + m <= q_hi:
+                    sq += m
+                elif sq - m >= q_lo:
+                    sq -= m
+        if b * h * sq * sk > WORK_CAP:
+            b = 1
+            if family != "gqa":
+                h = 1
+        d_ = draw(st.sampled_from(dims))
+        causal: bool | None = None
+        masked: bool | None = None
+        if rule.mask == "maybe":
+            causal = d.allow_causal and draw(st.booleans())
+            masked = d.allow_mask and not causal and draw(st.booleans())
+        scale = draw(scales)
+        seed = draw(st.integers(0, 2**32 - 1))
+        case = generate_attention(family, fmt, np.random.default_rng(seed), batch=b, heads=h,
+                                  seq_q=sq, seq_k=sk, head_dim=d_, kv_heads=hkv, causal=causal,
+                                  scale=scale, masked=masked)
+        return dataclasses.replace(case, recipe=case.recipe + (("causal", case.causal),
+                                                                ("masked", masked),
+                                                                ("scale", scale),
+                                                                ("seed", seed)))
+
+    return _cases()
+
+
+def _families_in(d: DomainSpec, families: Sequence[str] | None) -> tuple[str, ...]:
+    """The families to draw: ``families`` (None: every family the domain admits); naming one
+    the domain rules out is an error that says why and what to change."""
+    why = {f: family_excluded(f, dataclasses.replace(d, families=None)) for f in ATTENTION_FAMILIES}
+    fams = check_families("families", families, ATTENTION_FAMILIES,
+                          default=[f for f, reason in why.items() if not reason])
+    if not fams:
+        raise InvalidArgument("no attention family can be generated inside this domain: "
+                              + "; ".join(f"{f}: {r}" for f, r in why.items()))
+    for f in fams:
+        if why[f]:
+            raise InvalidArgument(f"families={list(fams)!r} includes {f!r}, but {why[f]}; "
+                                  f"change that setting or drop {f!r}")
+    return fams
+
+
+def attention_strategy(dtype: Any, domain: Any) -> st.SearchStrategy[AttentionCase]:
+    """:class:`AttentionCase` examples of ``dtype``, every one inside ``domain``.
+
+    ``domain``: any object with the attributes of ``onlinesm.declarations.Domain`` (or
+    :func:`onlinesm.strategies.default_domain`); its ``families`` (attention names only; None:
+    every family the domain admits, see :func:`onlinesm.strategies.family_excluded`), head
+    dims, batch, heads, ``min_seq_*..max_seq_*`` in multiples of ``seq_multiple``,
+    ``same_seq``, ``allow_mask`` / ``allow_causal`` / ``allow_gqa`` bound every draw.
+
+    >>> from onlinesm.strategies import default_domain
+    >>> case = attention_strategy("bf16", default_domain(seq_multiple=64, max_seq_q=64)).example()
+    >>> case.q.shape[2] % 64, case.k.shape[2] % 64
+    (0, 0)
+    """
+    fmt = check_dtype("dtype", dtype)
+    d = read_domain(domain)
+    names = None if d.families is None else [f for f in d.families if f in ATTENTION_FAMILIES]
+    if names is not None and not names:
+        raise InvalidArgument(f"domain.families={list(d.families or ())!r} names no attention "
+                              f"family; add some of: {', '.join(ATTENTION_FAMILIES)}")
+    return _strategy(fmt, d, _families_in(d, names))
 
 
 def attention_inputs(
@@ -281,15 +396,22 @@ def attention_inputs(
     allow_causal: bool = True,
     allow_gqa: bool = False,
     same_seq: bool = False,
+    min_seq_q: int = 1,
+    min_seq_k: int = 1,
+    seq_multiple: int = 1,
 ) -> st.SearchStrategy[AttentionCase]:
     """:class:`AttentionCase` examples from the families of :data:`ATTENTION_FAMILIES`.
 
     ``families=None`` draws every family these arguments allow (key_padding and
-    masked_leading_tiles need ``allow_mask``, the latter also ``max_seq_k >= 65``; causal needs
+    masked_leading_tiles need ``allow_mask``, the latter also Sk >= 65; causal needs
     ``allow_causal``; gqa needs ``allow_gqa`` and ``max_heads >= 2``; decode needs
-    ``same_seq=False``). Naming a family the arguments rule out is an error. ``same_seq=True``
-    keeps Sq == Sk (for kernels that only support that); ``head_dims`` lists the head dims to
-    draw from (see :data:`ALL_HEAD_DIMS` for 16..256 including non-powers of two).
+    ``same_seq=False`` and Sq = 1 allowed; one_key Sk = 1 allowed: the table
+    :data:`onlinesm.strategies.shapes.SHAPE_RULES`). Naming a family the arguments rule out
+    is an error. ``same_seq=True`` keeps Sq == Sk (for kernels that only support that);
+    Sq and Sk lie in ``min_seq_*..max_seq_*`` and are multiples of ``seq_multiple``;
+    ``head_dims`` lists the head dims to draw from (see :data:`ALL_HEAD_DIMS` for 16..256
+    including non-powers of two). :func:`attention_strategy` takes the same limits as one
+    domain object.
 
     Why: gaussian q, k, v never produce a fully masked query, a masked leading KV tile, logits
     big enough to overflow exp, or V whose terms cancel; kernels break on exactly those.
@@ -306,72 +428,26 @@ def attention_inputs(
     allowed, no mask, not causal, scale None and seed 0.
     """
     fmt = check_dtype("dtype", dtype)
-    max_batch = check_int("max_batch", max_batch, min_value=1, max_value=1024)
-    max_heads = check_int("max_heads", max_heads, min_value=1, max_value=1024)
-    max_seq_q = check_int("max_seq_q", max_seq_q, min_value=1, max_value=_MAX_SEQ)
-    max_seq_k = check_int("max_seq_k", max_seq_k, min_value=1, max_value=_MAX_SEQ)
-    allow_mask = check_bool("allow_mask", allow_mask)
-    allow_causal = check_bool("allow_causal", allow_causal)
-    allow_gqa = check_bool("allow_gqa", allow_gqa)
-    same_seq = check_bool("same_seq", same_seq)
+    ints = dict(max_batch=(max_batch, 1024), max_heads=(max_heads, 1024),
+                max_seq_q=(max_seq_q, _MAX_SEQ), max_seq_k=(max_seq_k, _MAX_SEQ),
+                min_seq_q=(min_seq_q, _MAX_SEQ), min_seq_k=(min_seq_k, _MAX_SEQ),
+                seq_multiple=(seq_multiple, _MAX_SEQ))
+    for name, (value, top) in ints.items():
+        check_int(name, value, min_value=1, max_value=top)
+    flags = dict(allow_mask=allow_mask, allow_causal=allow_causal, allow_gqa=allow_gqa,
+                 same_seq=same_seq)
+    for name, value in flags.items():
+        check_bool(name, value)
     if isinstance(head_dims, (int, str)) or not isinstance(head_dims, Sequence) or not head_dims:
         raise InvalidArgument(f"head_dims={head_dims!r} must be a non-empty sequence of ints, "
                               f"e.g. head_dims=(64,) or head_dims={ALL_HEAD_DIMS}")
     dims = tuple(check_int(f"head_dims[{i}]", d, min_value=1, max_value=1024)
                  for i, d in enumerate(head_dims))
-    why = _available(allow_mask, allow_causal, allow_gqa, same_seq, max_heads, max_seq_q,
-                     max_seq_k)
-    fams = check_families("families", families, ATTENTION_FAMILIES,
-                          default=[f for f, reason in why.items() if not reason])
-    for f in fams:
-        if why[f]:
-            raise InvalidArgument(f"families={list(fams)!r} includes {f!r}, which {why[f]}; "
-                                  f"change that argument or drop {f!r}")
-    seq_cap = min(max_seq_q, max_seq_k)
-    scales = st.sampled_from((None, 1.0, 0.5, 0.125))
-
-    @st.composite
-    def _cases(draw: st.DrawFn) -> AttentionCase:
-        family = draw(st.sampled_from(fams))
-        b = draw(st.integers(1, max_batch))
-        if family == "gqa":
-            h = draw(st.integers(2, max_heads))
-            hkv: int | None = draw(st.sampled_from([g for g in range(1, h) if h % g == 0]))
-        else:
-            h, hkv = draw(st.integers(1, max_heads)), None
-        # sequence lengths, as the family requires
-        if family == "decode":
-            sq = 1
-            sk = draw(st.one_of(st.just(max_seq_k), row_lengths(min_len=2, max_len=max_seq_k)))
-        elif family == "one_key":
-            sq, sk = (1 if same_seq else draw(row_lengths(max_len=max_seq_q))), 1
-        elif family == "masked_leading_tiles":
-            sk = draw(row_lengths(min_len=_LEADING_TILE + 1, max_len=max_seq_k))
-            sq = min(sk, max_seq_q) if same_seq else draw(row_lengths(max_len=max_seq_q))
-        elif same_seq:
-            sq = sk = draw(row_lengths(max_len=seq_cap))
-        else:
-            sq = draw(row_lengths(max_len=max_seq_q))
-            sk = draw(row_lengths(max_len=max_seq_k))
-            if family == "causal" and sq == sk and max(max_seq_q, max_seq_k) > 1:
-                sk = sk + 1 if sk < max_seq_k else sk - 1 if sk > 1 else sk
-                if sq == sk:
-                    sq = sq + 1 if sq < max_seq_q else sq - 1
-        d = draw(st.sampled_from(dims))
-        causal: bool | None = None
-        masked: bool | None = None
-        if family in ("gaussian", "outliers", "huge_logits", "gqa", "decode", "one_key",
-                      "huge_v_cancel"):
-            causal = allow_causal and draw(st.booleans())
-            masked = allow_mask and not causal and draw(st.booleans())
-        scale = draw(scales)
-        seed = draw(st.integers(0, 2**32 - 1))
-        case = generate_attention(family, fmt, np.random.default_rng(seed), batch=b, heads=h,
-                                  seq_q=sq, seq_k=sk, head_dim=d, kv_heads=hkv, causal=causal,
-                                  scale=scale, masked=masked)
-        return dataclasses.replace(case, recipe=case.recipe + (("causal", case.causal),
-                                                                ("masked", masked),
-                                                                ("scale", scale),
-                                                                ("seed", seed)))
-
-    return _cases()
+    for lo, hi in (("min_seq_q", "max_seq_q"), ("min_seq_k", "max_seq_k")):
+        if locals()[lo] > locals()[hi]:
+            raise InvalidArgument(f"{lo}={locals()[lo]} is greater than {hi}={locals()[hi]}, "
+                                  f"so there is nothing to draw; raise {hi} or lower {lo}")
+    d = DomainSpec(dtypes=(fmt.name,), head_dims=dims, max_batch=max_batch,
+                   max_heads=max_heads, min_seq_q=min_seq_q, max_seq_q=max_seq_q,
+                   min_seq_k=min_seq_k, max_seq_k=max_seq_k, seq_multiple=seq_multiple, **flags)
+    return _strategy(fmt, d, _families_in(d, families))

@@ -417,7 +417,7 @@ def test_attention_same_seq_and_generate() -> None:
         (lambda: floats_of("bf16", min_value=2, max_value=1), r"widen the range"),
         (lambda: floats_of("fp32", min_value=float("nan")), r"min_value=nan"),
         (lambda: attention_inputs(families=["masked_leading_tiles"]),
-         r"needs max_seq_k >= 65"),
+         r"needs Sk >= 65.*raise max_seq_k to 65"),
         (lambda: attention_inputs(families=["gqa"]), r"allow_gqa=True"),
         (lambda: attention_inputs(head_dims=()), r"head_dims=\(\)"),
         (lambda: attention_inputs(head_dims=(0,)), r"head_dims\[0\]=0"),

@@ -188,33 +188,30 @@ def _stable(text: str) -> int:
     return sum((i + 1) * ord(c) for i, c in enumerate(text))
 
 
-def _attention_shape(family: str, seq: int) -> tuple[int, int] | None:
-    """(Sq, Sk) for a family at nominal length ``seq``, or None when the family has no such case."""
-    if family == "one_key":
-        return (min(seq, 16), 1) if seq == min(DEFAULT_SEQS) or seq == 1 else None
-    if family == "decode":
-        return (1, max(seq, 2))
-    if family == "masked_leading_tiles":
-        return (min(seq, 16), max(seq, 80)) if seq >= 40 else None
-    if family == "causal":
-        return (max(1, seq // 2), seq) if seq > 1 else None
-    return (seq, seq)
+def _report_domain(settings: Settings) -> Any:
+    """The report grid's attention domain: every family, batch 1, ``settings.heads`` heads of
+    ``settings.head_dim``, any length (the family's shape rules live in onlinesm.strategies)."""
+    from onlinesm.strategies import default_domain
+
+    longest = max(max(settings.seqs, default=1), 80)
+    return default_domain(head_dims=(settings.head_dim,), max_batch=1,
+                          max_heads=max(settings.heads, 1), max_seq_q=longest,
+                          max_seq_k=longest, allow_gqa=True)
 
 
 def _attention_inputs(settings: Settings, dtype: str, family: str) -> list[tuple[int, int, Any, Any]]:
     from onlinesm import oracle
-    from onlinesm.strategies import generate_attention
+    from onlinesm.strategies import family_shape, generate_attention
 
     out = []
+    domain = _report_domain(settings)
     for seq in settings.seqs:
-        shape = _attention_shape(family, seq)
+        shape = family_shape(family, domain, seq)  # None: the family has no case at this size
         if shape is None:
             continue
-        sq, sk = shape
         for s in range(settings.seeds):
             rng = np.random.default_rng([settings.seed, s, seq, _stable(family), _stable(dtype), 7])
-            case = generate_attention(family, dtype, rng, batch=1, heads=settings.heads,
-                                      seq_q=sq, seq_k=sk, head_dim=settings.head_dim)
+            case = generate_attention(family, dtype, rng, **shape)
             inp = AttentionInputs(case.q, case.k, case.v, case.mask, bool(case.causal), case.scale)
             with np.errstate(all="ignore"):
                 exact = oracle.attention(inp.q, inp.k, inp.v, mask=inp.mask, causal=inp.causal,
