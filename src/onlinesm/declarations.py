@@ -295,17 +295,20 @@ class Domain:
     families: tuple[str, ...] | None = None
     allow_nonfinite: bool = False
     # softmax
+    # softmax: rows past 1024-, 2048-, 4096- and 8192-wide tiles (the explicit batches hold
+    # lengths 1023, 1025, 2049, 4097, 8193 and a masked run of one whole 1024 tile)
     min_len: int = 1
-    max_len: int = 1024
-    max_rows: int = 8
-    # attention
-    head_dims: tuple[int, ...] = (16, 32, 64)
+    max_len: int = 8193
+    max_rows: int = 16
+    # attention: D = 128 (the most common head dim), keys past two 128-key tiles plus a ragged
+    # tail (Sk up to 300: leading masked runs of 64, 128 and 256 keys, exactly and +-1)
+    head_dims: tuple[int, ...] = (16, 64, 128)
     max_batch: int = 2
     max_heads: int = 4
     min_seq_q: int = 1
-    max_seq_q: int = 64
+    max_seq_q: int = 32
     min_seq_k: int = 1
-    max_seq_k: int = 96
+    max_seq_k: int = 300
     seq_multiple: int = 1
     allow_mask: bool = True
     allow_causal: bool = True

@@ -157,14 +157,8 @@ def _strategy(op: str, dtype: str, domain: Domain) -> Any:
     from onlinesm import strategies
 
     if op == "softmax":
-        return strategies.softmax_cases(dtype=dtype, min_len=domain.min_len, max_len=domain.max_len,
-                                        max_rows=domain.max_rows, families=domain.families,
-                                        allow_nonfinite=domain.allow_nonfinite)
-    return strategies.attention_inputs(
-        dtype=dtype, max_batch=domain.max_batch, max_heads=domain.max_heads,
-        max_seq_q=domain.max_seq_q, max_seq_k=domain.max_seq_k, head_dims=domain.head_dims,
-        families=domain.families, allow_mask=domain.allow_mask, allow_causal=domain.allow_causal,
-        allow_gqa=domain.allow_gqa, same_seq=domain.same_seq)
+        return strategies.softmax_strategy(dtype, domain)
+    return strategies.attention_strategy(dtype, domain)
 
 
 def _explicit(op: str, dtype: str, domain: Domain) -> list[Any]:
@@ -173,57 +167,8 @@ def _explicit(op: str, dtype: str, domain: Domain) -> list[Any]:
     from onlinesm import strategies
 
     if op == "softmax":
-        if hasattr(strategies, "explicit_softmax_batches"):
-            return strategies.explicit_softmax_batches(dtype, domain)
-        return _softmax_batches(dtype, domain)
-    if hasattr(strategies, "explicit_attention_cases"):
-        return strategies.explicit_attention_cases(dtype, domain)
-    return _attention_cases(dtype, domain)
-
-
-def _softmax_batches(dtype: str, domain: Domain) -> list[Any]:
-    from onlinesm.strategies import DEFAULT_FAMILIES, SoftmaxCase, generate_row
-
-    names = list(domain.families) if domain.families is not None else list(DEFAULT_FAMILIES) + (
-        ["nonfinite"] if domain.allow_nonfinite else [])
-    rng = np.random.default_rng(0)
-    cases = []
-    for length in sorted({int(np.clip(n, domain.min_len, domain.max_len)) for n in (130, 1000)}):
-        rows = [generate_row(f, length, dtype, rng, scale=1.0 if f == "gaussian" else None)
-                for f in names]
-        cases.append(SoftmaxCase(x=np.stack(rows), families=tuple(names), dtype=dtype))
-    return cases
-
-
-def _attention_cases(dtype: str, domain: Domain) -> list[Any]:
-    from onlinesm.strategies import ATTENTION_FAMILIES, generate_attention
-
-    names = list(domain.families) if domain.families is not None else list(ATTENTION_FAMILIES)
-    rng = np.random.default_rng(0)
-    cases = []
-    for fam in names:
-        if (fam == "gqa" and (not domain.allow_gqa or domain.max_heads < 2)) or (
-                fam == "decode" and domain.same_seq):
-            continue
-        sq = 1 if fam == "decode" else min(domain.max_seq_q, 20)
-        sk = 1 if fam == "one_key" else min(domain.max_seq_k, 80)
-        if domain.same_seq:
-            sq = sk = min(sq, sk) if fam != "one_key" else 1
-        if fam == "masked_leading_tiles" and sk < 65:
-            continue
-        try:
-            heads = (4 if domain.max_heads >= 4 else 2) if fam == "gqa" else 1
-            case = generate_attention(fam, dtype, rng, batch=2 if fam == "key_padding" else 1,
-                                      heads=heads, kv_heads=heads // 2 if fam == "gqa" else None,
-                                      seq_q=sq, seq_k=sk, head_dim=int(domain.head_dims[-1]),
-                                      masked=None if fam in ("key_padding", "masked_leading_tiles")
-                                      else False)
-        except ValueError:
-            continue
-        if (case.mask is not None and not domain.allow_mask) or (case.causal and not domain.allow_causal):
-            continue
-        cases.append(case)
-    return cases
+        return strategies.explicit_softmax_batches(dtype, domain)
+    return strategies.explicit_attention_cases(dtype, domain)
 
 
 def _inside(case: Any, op: str, domain: Domain) -> bool:

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# One call on a lent GPU machine: the runs a round of work must confirm there, in phases.
+#
+#   bash bench/gpu_run.sh checks third suite speed      # OUT=... collects the results
+#
+# checks: the default `onlinesm check` of each built-in kernel from a cold Triton cache (wall
+#         time, compile count); third: bench/third_party.py; suite: bench/gpu_suite.py;
+#         speed: bench/compile_time.py speed on this tree (and on .xfer/old when present);
+#         scale: the thorough matrix on 1 and 2 GPUs (bench/scale.py).
+# The machine has torch and triton but not onlinesm: it runs from src/ (with strategies/
+# linked in as onlinesm.strategies); wheels under .whl/ (Liger) are installed first.
+set -u
+export PYTHONUNBUFFERED=1
+X=$(pwd)
+OUT=${OUT:-/tmp/out}
+mkdir -p "$OUT"
+link() { [ -e "$1/src/onlinesm/strategies" ] || ln -s "$1/strategies" "$1/src/onlinesm/strategies"; }
+link "$X"
+if ls .whl/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+fi
+export PYTHONPATH=$X/src:/tmp/site
+python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__, torch.cuda.get_device_name(), 'x', torch.cuda.device_count())"
+for phase in "$@"; do
+  start=$SECONDS
+  case $phase in
+    checks)
+      for op in softmax attention; do
+        ( cd /tmp && TRITON_CACHE_DIR=/tmp/tc_check_$op timeout 240 python3 -m onlinesm check \
+            onlinesm.kernels:$op --op $op --seed 0 -q ) > "$OUT/check_$op.txt" 2>&1
+        echo "== check $op: rc=$? $((SECONDS - start)) s"; grep -a "onlinesm check\|compiles:" "$OUT/check_$op.txt"
+        start=$SECONDS
+      done ;;
+    third)
+      timeout 450 python3 bench/third_party.py --out "$OUT" > "$OUT/third_party.log" 2>&1
+      echo "== third party: rc=$? $((SECONDS - start)) s"; grep -a "^[A-Za-z].* s$" "$OUT/third_party.log" ;;
+    suite)
+      ONLINESM_PIN_CONFIGS=1 timeout 240 python3 bench/gpu_suite.py --out "$OUT/suite" > "$OUT/gpu_suite.log" 2>&1
+      echo "== gpu suite: rc=$? $((SECONDS - start)) s"; tail -4 "$OUT/gpu_suite.log" ;;
+    speed)
+      ( cd /tmp && timeout 150 python3 "$X/bench/compile_time.py" speed --label new ) > "$OUT/speed_new.txt" 2>&1
+      echo "== speed (this tree): rc=$?"; grep -a "RESULT" "$OUT/speed_new.txt" | tail -1
+      if [ -d "$X/.xfer/old/src" ]; then
+        link "$X/.xfer/old"
+        ( cd /tmp && PYTHONPATH=$X/.xfer/old/src timeout 150 python3 "$X/bench/compile_time.py" speed --label old ) > "$OUT/speed_old.txt" 2>&1
+        echo "== speed (.xfer/old): rc=$?"; grep -a "RESULT" "$OUT/speed_old.txt" | tail -1
+      fi ;;
+    scale)
+      timeout 500 python3 bench/scale.py --out "$OUT" > "$OUT/scale.log" 2>&1
+      echo "== scale: rc=$? $((SECONDS - start)) s"; tail -15 "$OUT/scale.log" ;;
+    *) echo "unknown phase $phase" ;;
+  esac
+done
