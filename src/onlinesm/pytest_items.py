@@ -25,7 +25,7 @@ from typing import Any
 
 import pytest
 
-__all__ = ["MatrixCollector", "MatrixItem", "matrix_specs", "collect", "SPECS_KEY"]
+__all__ = ["MatrixCollector", "KernelCollector", "MatrixItem", "matrix_specs", "collect", "SPECS_KEY"]
 
 #: Where the plugin keeps the kernels it collects on ``config.stash``.
 SPECS_KEY = pytest.StashKey[list]()
@@ -66,15 +66,28 @@ class MatrixCollector(pytest.Collector):
         self.specs = specs
 
     def collect(self) -> list[pytest.Item]:
+        return [KernelCollector.from_parent(self, name=spec["name"], spec=spec) for spec in self.specs]
+
+
+class KernelCollector(pytest.Collector):
+    """One kernel of the matrix (``onlinesm::my_softmax``): its items, dtype by dtype."""
+
+    def __init__(self, *, spec: dict[str, Any], **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.spec = spec
+
+    def collect(self) -> list[pytest.Item]:
         items: list[pytest.Item] = []
-        for spec in self.specs:
-            for dtype in spec["dtypes"]:
-                for prop in spec["properties"]:
-                    item = MatrixItem.from_parent(self, name=f"{spec['name']}::{prop}[{dtype}]",
-                                                  spec=spec, prop=prop, dtype=dtype)
-                    item.add_marker(pytest.mark.onlinesm)
-                    item.extra_keyword_matches.update({spec["name"], prop, dtype})
-                    items.append(item)
+        for dtype in self.spec["dtypes"]:
+            for prop in self.spec["properties"]:
+                # the node id given whole, so that pytest parses "[dtype]" as for a parametrized
+                # test and --lf finds the item again
+                item = MatrixItem.from_parent(self, name=f"{prop}[{dtype}]", spec=self.spec,
+                                              prop=prop, dtype=dtype,
+                                              nodeid=f"{self.nodeid}::{prop}[{dtype}]")
+                item.add_marker(pytest.mark.onlinesm)
+                item.extra_keyword_matches.update({prop, dtype})
+                items.append(item)
         return items
 
 
@@ -107,7 +120,7 @@ class MatrixItem(pytest.Item):
             pytest.skip(f"{status}: {record.get('reason', '')}")
 
     def reportinfo(self) -> tuple[Any, int | None, str]:
-        return self.path, None, f"onlinesm::{self.name}"
+        return self.path, None, self.nodeid
 
 
 def collect(session: pytest.Session, items: list[pytest.Item]) -> None:
@@ -120,4 +133,4 @@ def collect(session: pytest.Session, items: list[pytest.Item]) -> None:
     warm_modules()
     warm_targets(specs)
     collector = MatrixCollector.from_parent(session, name="onlinesm", nodeid="onlinesm", specs=specs)
-    items.extend(collector.collect())
+    items.extend(item for kernel in collector.collect() for item in kernel.collect())
