@@ -80,8 +80,8 @@ def run(args: argparse.Namespace) -> int | None:
     path = find_config()
     if path is None:
         if target is not None:
-            return _error(f"{target!r} is not a TARGET (package.module:function or path/to/file.py:function), "
-                          "and there is no [tool.onlinesm] table (pyproject.toml or onlinesm.toml) to name a kernel in")
+            return _error(f"target {target!r} must look like package.module:function or path/to/file.py:function, "
+                          "or name a kernel of a [tool.onlinesm] table (none found in pyproject.toml or onlinesm.toml)")
         return None  # the plain check says what is missing
     try:
         entries = load_config(path).select([target] if target else [])
