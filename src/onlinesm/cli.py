@@ -39,12 +39,16 @@ def _add_check(sub: Any) -> None:
     p = sub.add_parser("check", help="run the property suite on a kernel",
                        description="Run onlinesm's property suite on TARGET.")
     p.add_argument("target", nargs="?", help="package.module:function or path/to/file.py:function "
-                   "(with --convention sdpa: torch's SDPA when omitted)")
+                   "(with --convention sdpa: torch's SDPA when omitted), or the NAME of a kernel "
+                   "in [tool.onlinesm.kernels]; omitted with such a table: every kernel there")
     p.add_argument("--op", choices=["softmax", "attention"],
                    help="the op (implied by --convention)")
     add_options(p, "check")
     p.add_argument("--report", metavar="DIR", help="also write the results (JSON + Markdown) to DIR")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
+    from onlinesm.matrix_cli import add_arguments
+
+    add_arguments(p)  # --workers N
 
 
 def _error(message: str) -> int:
@@ -60,6 +64,11 @@ def _run_check(args: argparse.Namespace) -> int:
     from onlinesm.options import keywords
     from onlinesm.targets import TargetError, load_target
 
+    from onlinesm.matrix_cli import run as run_matrix
+
+    code = run_matrix(args)  # no TARGET with a [tool.onlinesm] table, a kernel NAME, --workers N
+    if code is not None:
+        return code
     kw = keywords(args, "check")
     convention = kw.get("convention")
     op = args.op or ("attention" if convention not in (None, "onlinesm") else None)

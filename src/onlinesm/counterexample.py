@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
 from typing import Any, Callable
 
@@ -85,7 +86,10 @@ def save(*, op: str, prop: str, kernel: Any, conventions: Any, inputs: dict[str,
     safe = "".join(c if c.isalnum() else "_" for c in kernel.name)[:40]
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / f"{op}-{prop}-{safe}-{digest}.json"
-    path.write_text(text)
+    # written whole, then renamed: several processes (xdist workers) may save the same file
+    tmp = directory / f".{path.name}.{os.getpid()}.tmp"
+    tmp.write_text(text)
+    os.replace(tmp, path)
     return str(path)
 
 

@@ -77,6 +77,8 @@ def add_parser(subparsers: Any) -> None:
 
     add_options(p, "report")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--builtin", action="store_true",
+                   help="report the built-in kernels even when a [tool.onlinesm] table exists")
 
 
 def _error(message: str) -> int:
@@ -182,7 +184,13 @@ def run(args: argparse.Namespace) -> int:
     from onlinesm.report.schema import atomic_directory, ensure_writable, write_report
     from onlinesm.targets import TargetError
 
-    if args.targets and args.op is None:
+    try:
+        from onlinesm.report.matrix import matrix_kernels
+
+        table_kernels = None if args.builtin else matrix_kernels(args)
+    except (TargetError, ValueError) as err:
+        return _error(str(err).splitlines()[0] if str(err) else type(err).__name__)
+    if table_kernels is None and args.targets and args.op is None:
         return _error(f"TARGET {args.targets[0]!r} needs --op softmax or --op attention")
     out = Path(args.out)
     try:
@@ -192,7 +200,11 @@ def run(args: argparse.Namespace) -> int:
     try:
         device = _select_device(args.opt_device)
         settings = _settings(args, device)
-        if args.targets:
+        if table_kernels is not None:
+            kernels = table_kernels
+            for rk in kernels:
+                _smoke(rk, device, settings.dtypes)
+        elif args.targets:
             kernels = _user_kernels(args)
             for rk in kernels:
                 _smoke(rk, device, settings.dtypes)

@@ -1,0 +1,205 @@
+"""The kernel matrix: configuration, `onlinesm check` on it, pytest items, xdist workers, GPU pinning."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from onlinesm.config import ConfigError, find_config, load_config
+from onlinesm.gpus import device_for, tx_specs, visible_devices
+from onlinesm.matrix import item_seed
+
+GALLERY = Path(__file__).parent / "gallery.py"
+
+TABLE = f"""
+[tool.onlinesm]
+max-examples = 3
+device = "cpu"
+max-len = 32
+
+[tool.onlinesm.kernels.good]
+target = "{GALLERY}:torch_softmax"
+op = "softmax"
+fully-masked = "nan"
+dtypes = ["float32"]
+properties = ["accuracy", "row_sum"]
+
+[tool.onlinesm.kernels.sentinel]
+target = "{GALLERY}:bug_sentinel_max"
+op = "softmax"
+dtypes = ["float32", "bfloat16"]
+properties = ["accuracy", "masked_zero"]
+"""
+
+
+def _project(tmp_path: Path, text: str = TABLE, name: str = "pyproject.toml") -> Path:
+    (tmp_path / ".git").mkdir(parents=True, exist_ok=True)  # the search stops here
+    (tmp_path / name).write_text(textwrap.dedent(text))
+    return tmp_path
+
+
+def _errors(tmp_path: Path, body: str) -> str:
+    path = _project(tmp_path, "[tool.onlinesm.kernels.k]\n" + body) / "pyproject.toml"
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    return str(err.value)
+
+
+def _run(args: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    full = {**os.environ, "PYTHONHASHSEED": "0", **env}
+    full.pop("PYTEST_XDIST_WORKER", None)
+    full.pop("ONLINESM_PINNED", None)
+    return subprocess.run([sys.executable, *args], cwd=cwd, env=full, capture_output=True,
+                          text=True, timeout=240)
+
+
+# ---------------------------------------------------------------------------------------------
+# configuration
+
+
+def test_both_spellings_and_defaults(tmp_path: Path) -> None:
+    m = load_config(_project(tmp_path, """
+        [tool.onlinesm]
+        profile = "ci"
+        [tool.onlinesm.kernels.a]
+        target = "pkg.mod:fn"
+        op = "softmax"
+        fully-masked = "nan"
+        max_len = 64
+        [tool.onlinesm.kernels.b]
+        target = "pkg.mod:attn"
+        op = "attention"
+        fully_masked = "zeros"
+        no-mask = true
+        nondeterministic = true
+        unsupported = "RuntimeError:head dim"
+        """) / "pyproject.toml")
+    a, b = m.entries["a"], m.entries["b"]
+    assert a.keywords == {"profile": "ci", "fully_masked": "nan", "max_len": 64}
+    assert b.keywords["allow_mask"] is False and b.keywords["deterministic"] is False
+    assert b.keywords["unsupported"] == ["RuntimeError:head dim"]
+
+
+def test_unknown_key_suggests(tmp_path: Path) -> None:
+    msg = _errors(tmp_path, 'target = "m:f"\nop = "softmax"\nfully_maksed = "nan"\n')
+    assert msg == ("pyproject.toml: [tool.onlinesm.kernels.k] key 'fully_maksed' is unknown; "
+                   "did you mean 'fully_masked'?") or msg.endswith(
+        "[tool.onlinesm.kernels.k] key 'fully_maksed' is unknown; did you mean 'fully_masked'?")
+
+
+@pytest.mark.parametrize("body, expected", [
+    ('max-len = true', "key 'max-len' = True is a boolean"),
+    ('max-len = "big"', "key 'max-len': 'big' is not a positive integer"),
+    ('no-mask = "yes"', "key 'no-mask' = 'yes' is a string; expected true or false"),
+    ('skip = "accuracy"', "key 'skip' = 'accuracy' is a string; expected a table"),
+    ('fully-masked = "none"', "key 'fully-masked' = 'none' is not one of"),
+    ('dtypes = ["float99"]', "dtypes='float99' is not a floating-point dtype"),
+])
+def test_wrong_values(tmp_path: Path, body: str, expected: str) -> None:
+    assert expected in _errors(tmp_path, f'target = "m:f"\nop = "softmax"\n{body}\n')
+
+
+def test_missing_target_and_op(tmp_path: Path) -> None:
+    assert "key 'target' is missing" in _errors(tmp_path, 'op = "softmax"\n')
+    assert "key 'op' is missing" in _errors(tmp_path / "x" if False else tmp_path, 'target = "m:f"\n')
+    m = load_config(_project(tmp_path, '[tool.onlinesm.kernels.f]\ntarget = "m:f"\nconvention = "flash_attn"\n')
+                    / "pyproject.toml")
+    assert m.entries["f"].op == "attention" and m.entries["f"].dtypes == ("bfloat16", "float16")
+
+
+def test_onlinesm_toml_wins_and_search_stops_at_git(tmp_path: Path) -> None:
+    _project(tmp_path)
+    (tmp_path / "onlinesm.toml").write_text('[kernels.only]\ntarget = "m:f"\nop = "softmax"\n')
+    sub = tmp_path / "a" / "b"
+    sub.mkdir(parents=True)
+    assert find_config(sub) == (tmp_path / "onlinesm.toml").resolve()
+    assert list(load_config(find_config(sub)).entries) == ["only"]
+    inner = sub / "proj"
+    (inner / ".git").mkdir(parents=True)
+    assert find_config(inner) is None  # a project root without a table: no search above it
+
+
+@pytest.mark.skipif(sys.version_info >= (3, 11), reason="tomli is used on Python 3.10 only; "
+                    "this interpreter reads TOML with tomllib")
+def test_tomli_on_310(tmp_path: Path) -> None:  # pragma: no cover
+    assert load_config(_project(tmp_path) / "pyproject.toml").entries
+
+
+def test_seed_depends_on_item_and_user_seed() -> None:
+    s = item_seed("k", "accuracy", "float32", None)
+    assert s == item_seed("k", "accuracy", "float32", None)
+    assert len({s, item_seed("k", "accuracy", "bfloat16", None), item_seed("k", "accuracy", "float32", 1)}) == 3
+
+
+def test_gpu_round_robin_without_cuda() -> None:
+    assert visible_devices({"CUDA_VISIBLE_DEVICES": "3, 5"}) == ["3", "5"]
+    assert [device_for(f"gw{k}", ["3", "5"]) for k in range(3)] == ["3", "5", "3"]
+    assert device_for("master", ["0"]) is None and device_for("gw0", []) is None
+    assert tx_specs(2, ["3"]) == ["popen//env:CUDA_VISIBLE_DEVICES=3//env:ONLINESM_PINNED=1"] * 2
+
+
+# ---------------------------------------------------------------------------------------------
+# the command line, pytest items and workers (subprocesses in a tiny project)
+
+
+def test_check_runs_the_matrix_and_one_name(tmp_path: Path) -> None:
+    _project(tmp_path)
+    r = _run(["-m", "onlinesm", "check", "-q"], tmp_path)
+    assert r.returncode == 1, r.stderr
+    assert "| good | softmax | PASSED | 2 items |" in r.stdout
+    assert "| sentinel | softmax | FAILED | 4 items, 2 falsified |" in r.stdout
+    r = _run(["-m", "onlinesm", "check", "good", "-q"], tmp_path)
+    assert r.returncode == 0 and "sentinel" not in r.stdout, r.stdout + r.stderr
+    r = _run(["-m", "onlinesm", "check", "goood"], tmp_path)
+    assert r.returncode == 2 and "did you mean 'good'?" in r.stderr
+
+
+def _counterexamples(root: Path) -> dict[str, dict]:
+    out = {}
+    for p in sorted((root / ".onlinesm" / "failures").glob("*.json")):
+        rec = json.loads(p.read_text())  # intact JSON, or this raises
+        out[f"{rec['property']}[{next(iter(rec['inputs'].values()))['dtype']}]"] = rec["inputs"]
+    return out
+
+
+def test_workers_merge_and_reproduce(tmp_path: Path) -> None:
+    """Two workers: every item's result comes back, the counterexample files are whole, and an
+    item run alone gives the same counterexample as under -n 2 (seeds derived from the item)."""
+    two = _project(tmp_path / "two")
+    r = _run(["-m", "onlinesm", "check", "-q", "--workers", "2"], two)
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "| good | softmax | PASSED | 2 items |" in r.stdout
+    assert "| sentinel | softmax | FAILED | 4 items, 2 falsified |" in r.stdout
+    runs = list((two / ".onlinesm" / "runs").glob("*/items/item-*.json"))
+    assert len(runs) == 6
+    merged = _counterexamples(two)
+    assert set(merged) == {"accuracy[float32]", "accuracy[bfloat16]"}
+
+    alone = _project(tmp_path / "alone")
+    r = _run(["-m", "pytest", "-q", "-p", "no:cacheprovider", "-k", "sentinel and accuracy and float32"], alone)
+    assert r.returncode == 1 and "1 failed" in r.stdout, r.stdout + r.stderr
+    assert _counterexamples(alone)["accuracy[float32]"] == merged["accuracy[float32]"]
+
+    xdist = _project(tmp_path / "xdist")
+    r = _run(["-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2", "-m", "onlinesm"], xdist,
+             CUDA_VISIBLE_DEVICES="7,9")
+    assert r.returncode == 1 and "2 failed, 4 passed" in r.stdout, r.stdout + r.stderr
+    assert _counterexamples(xdist) == merged
+
+
+def test_workers_pinned_before_conftest(tmp_path: Path) -> None:
+    """pytest -n 2 with GPUs 7 and 9: each worker sees one of them before conftest.py is imported."""
+    _project(tmp_path, TABLE.replace('properties = ["accuracy", "row_sum"]', 'properties = ["row_sum"]')
+             .split("[tool.onlinesm.kernels.sentinel]")[0])
+    (tmp_path / "conftest.py").write_text(
+        "import os\nopen(f\"seen-{os.environ.get('PYTEST_XDIST_WORKER', 'main')}\", 'w')"
+        ".write(os.environ.get('CUDA_VISIBLE_DEVICES', ''))\n")
+    r = _run(["-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2"], tmp_path, CUDA_VISIBLE_DEVICES="7,9")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert (tmp_path / "seen-gw0").read_text() == "7" and (tmp_path / "seen-gw1").read_text() == "9"
