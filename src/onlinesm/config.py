@@ -306,7 +306,8 @@ def _keywords(raw: Mapping[str, Any], where: str) -> dict[str, Any]:
 def _value(opt: Any, key: str, value: Any, as_flag: bool, where: str) -> Any:
     """``value`` of ``key`` parsed as the flag's text would be; ConfigError naming the key."""
     def wrong(expected: str) -> ConfigError:
-        return ConfigError(f"{where} key {key!r} = {value!r} is a {_toml_type(value)}; "
+        kind = _toml_type(value)
+        return ConfigError(f"{where} key {key!r} = {value!r} is {'an' if kind[0] in 'aeiou' else 'a'} {kind}; "
                            f"expected {expected}")
 
     if opt.kind == "flag":

@@ -1,0 +1,107 @@
+"""The kernel matrix on 1 and on 2 GPUs: wall time, speed-up, and identical verdicts.
+
+What: writes a small project (an ``onlinesm.toml`` declaring onlinesm's built-in kernels and
+torch SDPA with its backends pinned), warms the Triton cache, then runs
+``onlinesm check --workers 1`` and ``--workers 2`` (pytest-xdist, one GPU per worker) with the
+same seed and examples, and compares the merged verdicts item by item. Writes ``scale.md`` to
+``--out``.
+
+    python bench/scale.py --out $OUT --max-examples 60      # on a machine with 2 GPUs
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+MATRIX = """
+[kernels.triton_softmax]
+target = "onlinesm.kernels:softmax"
+op = "softmax"
+
+[kernels.triton_attention]
+target = "onlinesm.kernels:attention"
+op = "attention"
+
+[kernels.triton_attention_bottom_right]
+target = "onlinesm.kernels:attention"
+op = "attention"
+kwarg = { causal_align = "bottom-right" }
+
+[kernels.sdpa_math]
+convention = "sdpa"
+sdpa-backend = "math"
+exp = "accurate"
+
+[kernels.sdpa_efficient]
+convention = "sdpa"
+sdpa-backend = "efficient"
+exp = "accurate"
+unsupported = ["RuntimeError:No available kernel|No viable backend"]
+
+[kernels.sdpa_flash]
+convention = "sdpa"
+sdpa-backend = "flash"
+exp = "accurate"
+unsupported = ["RuntimeError:No available kernel|No viable backend"]
+"""
+
+
+def _cells(text: str) -> dict[str, str]:
+    """(kernel table row) -> cells, from the printed tables, to compare two runs."""
+    cells, kernel = {}, ""
+    for line in text.splitlines():
+        m = re.match(r"onlinesm check \w+: (\S+)", line)
+        if m:
+            kernel = m.group(1)
+        elif line.startswith("| ") and not line.startswith("| property"):
+            cells[f"{kernel} {line.split('|')[1].strip()}"] = re.sub(r"\(\d+[^)]*\)", "", line)
+    return cells
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default=os.environ.get("OUT", "scale-out"))
+    parser.add_argument("--max-examples", type=int, default=60)
+    args = parser.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    project = Path(tempfile.mkdtemp(prefix="onlinesm-scale-"))
+    (project / "onlinesm.toml").write_text(MATRIX)
+    env = {**os.environ, "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES", "0,1")}
+    runs = {}
+    for label, workers, examples in (("warm-up", 2, 2), ("1 GPU", 1, args.max_examples),
+                                     ("2 GPUs", 2, args.max_examples)):
+        cmd = [sys.executable, "-m", "onlinesm", "check", "--workers", str(workers), "--seed", "0",
+               "--max-examples", str(examples), "-q"]
+        run_env = dict(env, CUDA_VISIBLE_DEVICES="0") if workers == 1 else env
+        start = time.monotonic()
+        proc = subprocess.run(cmd, cwd=project, env=run_env, capture_output=True, text=True, timeout=900)
+        runs[label] = (time.monotonic() - start, proc.returncode, proc.stdout)
+        (out / f"scale_{label.replace(' ', '_')}.txt").write_text(proc.stdout + "\n" + proc.stderr[-5000:])
+        print(f"{label:<8} workers={workers} examples={examples}: {runs[label][0]:.1f} s, exit {proc.returncode}",
+              flush=True)
+    t1, t2 = runs["1 GPU"][0], runs["2 GPUs"][0]
+    a, b = _cells(runs["1 GPU"][2]), _cells(runs["2 GPUs"][2])
+    same = a == b and bool(a)
+    lines = [f"# The kernel matrix on 1 and 2 GPUs ({datetime.date.today()})", "",
+             f"Matrix: {MATRIX.count('[kernels.')} kernels (onlinesm.toml below), `--seed 0 "
+             f"--max-examples {args.max_examples}`, Triton cache warmed first.", "",
+             "| run | wall | exit |", "|---|---|---|",
+             *(f"| {k} | {v[0]:.1f} s | {v[1]} |" for k, v in runs.items()), "",
+             f"Speed-up on 2 GPUs: **{t1 / t2:.2f}x**. Verdicts identical item by item: "
+             f"**{same}** ({len(a)} table rows compared).", "", "```toml", MATRIX.strip(), "```"]
+    (out / "scale.md").write_text("\n".join(lines) + "\n")
+    print(f"speed-up {t1 / t2:.2f}x, identical verdicts: {same}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
