@@ -47,6 +47,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(one GPU each when there are GPUs) [1]")
 
 
+def _plugin_installed() -> bool:
+    """Whether pytest loads onlinesm's plugin by itself (the package's pytest11 entry point)."""
+    from importlib.metadata import entry_points
+
+    return any(ep.name == "onlinesm" for ep in entry_points(group="pytest11"))
+
+
 def _error(message: str) -> int:
     print(f"onlinesm: error: {message}", file=sys.stderr)
     return 2
@@ -216,6 +223,8 @@ def _run_pytest(specs: list[dict[str, Any]], workers: int, *, quiet: bool) -> li
             "--onlinesm-spec", str(run_dir / "kernels.json"), "--onlinesm-results", str(results)]
     if os.environ.get("PYTEST_DISABLE_PLUGIN_AUTOLOAD"):
         argv += ["-p", "xdist", "-p", "onlinesm"]
+    elif not _plugin_installed():  # onlinesm run from a source tree: name the plugin's module
+        argv += ["-p", "onlinesm.pytest_plugin"]
     devices = visible_devices()
     on_cpu = all(s["keywords"].get("device") == "cpu" for s in specs)
     if devices and not on_cpu:
