@@ -176,15 +176,21 @@ def attention_split_kv_bf16_partials(q, k, v, mask=None, causal=False, scale=Non
     return o_acc.astype(q.dtype)
 
 
-#: name -> (op, kernel, dtypes where it is a bug worth catching)
-SOFTMAX_BUGS: dict[str, tuple[Callable[..., Any], tuple[str, ...]]] = {
-    "exp accurate to 1e-4": (softmax_exp_1e4, ("float32",)),
-    "bf16 partial sums": (softmax_bf16_partial_sums, ("float32",)),
+#: name -> (kernel, {dtype: a family of the statistical sample on which the kernel passes
+#: today's worst-case check}); measured in tests/test_statistical.py and
+#: bench/statistical_calibration.py. (A softmax whose tile sums go through bf16 is not here:
+#: the worst-case check already fails it, by 9-97x in float32 and 1.5-2x in bf16. With bf16
+#: inputs, rounding a P·V tile or a split-KV partial to bf16 costs only ~1.2x in RMSE: below
+#: the 1.5x minimum effect, not listed for bf16.)
+SOFTMAX_BUGS: dict[str, tuple[Callable[..., Any], dict[str, str]]] = {
+    "exp accurate to 1e-4": (softmax_exp_1e4, {"float32": "gaussian"}),
 }
-ATTENTION_BUGS: dict[str, tuple[Callable[..., Any], tuple[str, ...]]] = {
-    "o accumulator in input dtype": (attention_o_lowp, ("bfloat16", "float16")),
-    "denominator in input dtype": (attention_denominator_lowp, ("bfloat16", "float16")),
-    "P·V tile product rounded to bf16": (attention_pv_bf16, ("float32", "float16")),
-    "exp accurate to 1e-4": (attention_exp_1e4, ("float32",)),
-    "split-KV partials in bf16": (attention_split_kv_bf16_partials, ("float32", "float16")),
+ATTENTION_BUGS: dict[str, tuple[Callable[..., Any], dict[str, str]]] = {
+    "o accumulator in input dtype": (attention_o_lowp,
+                                     {"bfloat16": "gaussian", "float16": "gaussian"}),
+    "denominator in input dtype": (attention_denominator_lowp,
+                                   {"bfloat16": "gaussian", "float16": "gaussian"}),
+    "P·V tile product rounded to bf16": (attention_pv_bf16, {"float16": "gaussian"}),
+    "exp accurate to 1e-4": (attention_exp_1e4, {"float32": "gaussian"}),
+    "split-KV partials in bf16": (attention_split_kv_bf16_partials, {"float16": "gaussian"}),
 }

@@ -73,6 +73,7 @@ __all__ = [
     "RegressionResult",
     "softmax_sample",
     "attention_sample",
+    "Baseline",
     "accuracy_statistical",
     "compare_kernels",
     "lower_bound_mean",
@@ -379,6 +380,74 @@ def _check_op(op: str) -> None:
         raise ValueError(f"op={op!r} must be 'softmax' or 'attention'")
 
 
+class Baseline:
+    """The fixed sample, its exact answers and the simulated correct kernel's errors, built
+    once for one op and set of declared numerics; :meth:`evaluate` judges any number of
+    kernels against it (the engine can build it once per check run).
+
+    >>> b = Baseline("softmax", dtypes=("float32",),
+    ...              settings=Settings(softmax_rows=4, softmax_length=256, replicas=2))
+    >>> from onlinesm.reference import softmax_offline
+    >>> b.evaluate(softmax_offline).ok
+    True
+    """
+
+    def __init__(self, op: str = "softmax", *, dtypes: Sequence[Any] = DTYPES,
+                 accumulate: str = "float32", exp: Any = "fast", allow_tf32: bool = False,
+                 p_dtype: str | None = "input", settings: Settings | None = None,
+                 thorough: bool = False) -> None:
+        _check_op(op)
+        self.op = op
+        self.settings = s = settings or (THOROUGH if thorough else DEFAULT)
+        families = s.softmax_families if op == "softmax" else s.attention_families
+        self.dtypes = [resolve(d).name for d in dtypes]
+        self.tests = 2 * len(families) * len(self.dtypes)
+        self.level = 1.0 - s.alpha / self.tests
+        self.numerics = {dt: _numerics(dt, accumulate, exp, allow_tf32, p_dtype, op)
+                         for dt in self.dtypes}
+        self.describe = next(iter(self.numerics.values())).describe().replace(
+            f"p_dtype={self.dtypes[0]}", "p_dtype=input")
+        t0 = time.perf_counter()
+        self.cells = [_make_cell(op, fam, dt, self.numerics[dt], s)
+                      for dt in self.dtypes for fam in families]
+        self.build_seconds = time.perf_counter() - t0
+
+    def evaluate(self, fn: Callable[..., Any], name: str | None = None) -> StatisticalResult:
+        """Run ``fn`` on every cell's input and test its errors against the baseline's."""
+        s = self.settings
+        t0 = time.perf_counter()
+        out: list[StatCell] = []
+        for cell in self.cells:
+            dt, fam, op = cell.dtype, cell.family, self.op
+            got = _units(cell.run(fn), cell.exact, dt, cell.width)
+            live = cell.live
+            n = int(live.sum())
+            u_sc = resolve(dt).u * got.scale[live]
+            lr = _log_ratio(got.rmse[live], cell.base_rmse[live], got.scale[live], dt)
+            mean, lo = lower_bound_mean(lr, self.level)
+            with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+                kern = float(np.exp(np.mean(np.log(got.rmse[live] / u_sc + 1e-3))))
+                base = float(np.exp(np.mean(np.log(cell.base_rmse[live] / u_sc + 1e-3))))
+            thr = s.min_effect
+            out.append(StatCell(op, fam, dt, "rmse", n, kern, base, _exp(mean), _exp(lo), thr,
+                                self.level, not _exp(lo) > thr))
+            frac = (got.ulps > cell.tail_k[:, None]).mean(axis=-1)[live]
+            fm, flo = lower_bound_mean(frac, self.level)
+            # the baseline's fraction is at least its nominal 1 - q: a baseline whose replicas
+            # coincide (bf16 roundings that the exp model does not move) has ties at its p99
+            thr_t = s.min_effect * max(cell.base_tail, 1.0 - s.tail_quantile) + s.tail_slack
+            out.append(StatCell(op, fam, dt, "tail", n, fm, cell.base_tail,
+                                fm / max(cell.base_tail, 1e-12), flo, thr_t, self.level,
+                                not flo > thr_t))
+        return StatisticalResult(name or getattr(fn, "__name__", "kernel"), self.op,
+                                 self.describe, out, s.alpha, self.tests,
+                                 time.perf_counter() - t0)
+
+
+def _exp(v: float) -> float:
+    return math.exp(min(v, 700.0))
+
+
 def accuracy_statistical(
     fn: Callable[..., Any],
     *,
@@ -399,43 +468,15 @@ def accuracy_statistical(
     ``accumulate``, ``exp``, ``allow_tf32`` and ``p_dtype`` ("input": P rounded to the input
     dtype; attention only) are the declared numerics, as in ``check_softmax`` /
     ``check_attention``. ``settings`` defaults to :data:`DEFAULT` (:data:`THOROUGH` with
-    ``thorough=True``). See the module docstring for the test.
+    ``thorough=True``). See the module docstring for the test. ``seconds`` of the result
+    includes building the baseline.
     """
-    _check_op(op)
-    s = settings or (THOROUGH if thorough else DEFAULT)
-    families = s.softmax_families if op == "softmax" else s.attention_families
-    names = [resolve(d).name for d in dtypes]
-    tests = 2 * len(families) * len(names)
-    level = 1.0 - s.alpha / tests
     t0 = time.perf_counter()
-    cells: list[StatCell] = []
-    desc = ""
-    for dt in names:
-        num = _numerics(dt, accumulate, exp, allow_tf32, p_dtype, op)
-        desc = num.describe().replace(f"p_dtype={dt}", "p_dtype=input")
-        for fam in families:
-            cell = _make_cell(op, fam, dt, num, s)
-            got = _units(cell.run(fn), cell.exact, dt, cell.width)
-            live = cell.live
-            n = int(live.sum())
-            u_sc = resolve(dt).u * got.scale[live]
-            lr = _log_ratio(got.rmse[live], cell.base_rmse[live], got.scale[live], dt)
-            mean, lo = lower_bound_mean(lr, level)
-            kern = float(np.exp(np.mean(np.log(got.rmse[live] / u_sc + 1e-3))))
-            base = float(np.exp(np.mean(np.log(cell.base_rmse[live] / u_sc + 1e-3))))
-            thr = s.min_effect
-            cells.append(StatCell(op, fam, dt, "rmse", n, kern, base, math.exp(mean),
-                                  math.exp(lo), thr, level, not math.exp(lo) > thr))
-            frac = (got.ulps > cell.tail_k[:, None]).mean(axis=-1)[live]
-            fm, flo = lower_bound_mean(frac, level)
-            # the baseline's fraction is at least its nominal 1 - q: a baseline whose replicas
-            # coincide (bf16 roundings that the exp model does not move) has ties at its p99
-            thr_t = s.min_effect * max(cell.base_tail, 1.0 - s.tail_quantile) + s.tail_slack
-            cells.append(StatCell(op, fam, dt, "tail", n, fm, cell.base_tail,
-                                  fm / max(cell.base_tail, 1e-12), flo, thr_t, level,
-                                  not flo > thr_t))
-    return StatisticalResult(name or getattr(fn, "__name__", "kernel"), op, desc, cells,
-                             s.alpha, tests, time.perf_counter() - t0)
+    base = Baseline(op, dtypes=dtypes, accumulate=accumulate, exp=exp, allow_tf32=allow_tf32,
+                    p_dtype=p_dtype, settings=settings, thorough=thorough)
+    res = base.evaluate(fn, name)
+    res.seconds = time.perf_counter() - t0
+    return res
 
 
 # ---------------------------------------------------------------------------------------------
