@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import multiprocessing
 import platform
 import sys
@@ -103,10 +104,10 @@ def upper95(k: int, n: int) -> float:
     if k == 0:
         return 1.0 - 0.05 ** (1.0 / n)
     lo, hi = k / n, 1.0
-    from math import comb
     for _ in range(60):  # bisection on P(X <= k | p) = 0.05
         mid = (lo + hi) / 2
-        cdf = sum(comb(n, i) * mid**i * (1 - mid) ** (n - i) for i in range(k + 1))
+        cdf = sum(math.exp(math.lgamma(n + 1) - math.lgamma(i + 1) - math.lgamma(n - i + 1)
+                           + i * math.log(mid) + (n - i) * math.log1p(-mid)) for i in range(k + 1))
         lo, hi = (mid, hi) if cdf > 0.05 else (lo, mid)
     return hi
 
