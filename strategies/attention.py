@@ -1,6 +1,6 @@
 """Adversarial attention inputs: q, k, v, an optional mask, causal and scale.
 
-Shapes follow the kernel contract (DESIGN.md section 3): q ``[B, H, Sq, D]``, k and v
+Shapes follow the kernel contract (docs/conventions.md): q ``[B, H, Sq, D]``, k and v
 ``[B, Hkv, Sk, D]`` (Hkv = H unless grouped-query), a bool ``mask`` broadcastable to
 ``[B, H, Sq, Sk]`` with True = the query may attend to the key, ``causal`` and ``scale``
 (None = 1/sqrt(D)). A mask and ``causal=True`` are never combined (SDPA refuses the pair).

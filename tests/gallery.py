@@ -1,7 +1,7 @@
 """A gallery of softmax and attention kernels: one deliberately buggy kernel per bug class,
 beside correct kernels. The suite must catch every bug and pass every correct kernel.
 
-All kernels take torch tensors (CPU) and follow the calling conventions of DESIGN.md section 3.
+All kernels take torch tensors (CPU) and follow the calling conventions of docs/conventions.md.
 Each buggy kernel is a correct online softmax/attention with exactly one thing wrong, so a
 catch says that onlinesm sees *that* bug.
 """

@@ -17,7 +17,7 @@ The tolerance is derived, not tuned (see :func:`allowed`): per element,
                                                       output's subnormal rounding)
 
 c_exp is 1 ulp under the interpreter (numpy's exp2) and 3 on the GPU (ex2.approx, measured at
-2.05 ulp on the H200, DESIGN.md section 6). Elements whose input is -inf must be exactly 0.
+2.05 ulp on the H200, docs/conventions.md). Elements whose input is -inf must be exactly 0.
 """
 
 from __future__ import annotations

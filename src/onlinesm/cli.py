@@ -26,86 +26,25 @@ from typing import Any, Sequence
 __all__ = ["main"]
 
 
-def _csv(text: str) -> list[str]:
-    return [t.strip() for t in text.split(",") if t.strip()]
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a bad flag is one line (what was wrong, and where the help is), exit 2."""
 
-
-def _exp_class(text: str) -> Any:
-    try:
-        return float(text)
-    except ValueError:
-        return text
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a positive number of seconds, e.g. 60")
-    return value
+    def error(self, message: str) -> Any:  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message} ({self.prog} --help lists the options)\n")
 
 
 def _add_check(sub: Any) -> None:
+    from onlinesm.options import add_options
+
     p = sub.add_parser("check", help="run the property suite on a kernel",
                        description="Run onlinesm's property suite on TARGET.")
-    p.add_argument("target", help="package.module:function or path/to/file.py:function")
-    p.add_argument("--op", required=True, choices=["softmax", "attention"])
-    p.add_argument("--dtypes", type=_csv, default=["float32", "bfloat16", "float16"],
-                   help="comma-separated dtypes to generate [float32,bfloat16,float16]")
-    p.add_argument("--device", choices=["cpu", "cuda"], help="default: cuda when available")
-    p.add_argument("--backend", choices=["torch", "numpy"], help="what the kernel takes [torch]")
-    p.add_argument("--max-examples", type=int, help="examples per property and dtype")
-    p.add_argument("--profile", default="quick",
-                   help="quick, ci or thorough (onlinesm-quick etc. also accepted) [quick]")
-    p.add_argument("--deadline", type=_seconds, metavar="SECONDS",
-                   help="seconds one kernel call may take before it counts as a hang [cuda 30, cpu 120]")
-    p.add_argument("--strict", action="store_true",
-                   help="fail bf16 misses of one ulp that Triton's interpreter's truncation may cause")
-    p.add_argument("--compile-allowance", type=_seconds, metavar="SECONDS",
-                   help="extra seconds for the first call of each compiled variant [cuda 240, cpu 0]")
-    p.add_argument("--seed", type=int, help="make the run reproducible")
-    p.add_argument("--fully-masked", choices=["zeros", "nan", "any"], default="zeros")
-    p.add_argument("--causal-align", choices=["top-left", "bottom-right"], default="top-left")
-    p.add_argument("--lse-base", choices=["e", "2"], default="e")
-    p.add_argument("--empty-lse", choices=["-inf", "inf"], default="-inf")
-    p.add_argument("--require", type=_csv, default=[],
-                   help="extra guarantees to check: batch-invariant")
-    p.add_argument("--nondeterministic", action="store_true", help="waive the bitwise determinism check")
-    p.add_argument("--accumulate", default="float32", help="the kernel's accumulation dtype [float32]")
-    p.add_argument("--exp", type=_exp_class, default="fast",
-                   help="exp accuracy class: fast (tl.exp), exp2, accurate, exact, or ulps [fast]")
-    p.add_argument("--allow-tf32", action="store_true")
-    p.add_argument("--p-dtype", default="input", help="attention: dtype P is rounded to before P·V [input]")
-    p.add_argument("--families", type=_csv, help="only these strategy families")
-    p.add_argument("--properties", type=_csv, help="only these properties")
-    p.add_argument("--skip", action="append", default=[], metavar="PROPERTY=REASON",
-                   help="waive a property, with the reason shown in the output")
-    p.add_argument("--min-len", type=int, default=1)
-    p.add_argument("--max-len", type=int, default=1024)
-    p.add_argument("--max-rows", type=int, default=8)
-    p.add_argument("--head-dims", type=lambda t: [int(v) for v in _csv(t)], default=[16, 32, 64])
-    p.add_argument("--max-batch", type=int, default=2)
-    p.add_argument("--max-heads", type=int, default=4)
-    p.add_argument("--max-seq-q", type=int, default=64)
-    p.add_argument("--max-seq-k", type=int, default=96)
-    p.add_argument("--allow-gqa", action="store_true")
-    p.add_argument("--no-mask", action="store_true", help="the kernel takes no mask")
-    p.add_argument("--no-causal", action="store_true", help="the kernel has no causal mode")
-    p.add_argument("--same-seq", action="store_true", help="the kernel needs Sq == Sk")
+    p.add_argument("target", nargs="?", help="package.module:function or path/to/file.py:function "
+                   "(with --convention sdpa: torch's SDPA when omitted)")
+    p.add_argument("--op", choices=["softmax", "attention"],
+                   help="the op (implied by --convention)")
+    add_options(p, "check")
     p.add_argument("--report", metavar="DIR", help="also write the results (JSON + Markdown) to DIR")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress lines")
-
-
-def _skips(items: list[str]) -> dict[str, str]:
-    out = {}
-    for item in items:
-        name, sep, reason = item.partition("=")
-        if not sep or not reason.strip():
-            raise ValueError(f"--skip {item!r} needs a reason: --skip PROPERTY=REASON")
-        out[name.strip()] = reason.strip()
-    return out
 
 
 def _error(message: str) -> int:
@@ -114,15 +53,27 @@ def _error(message: str) -> int:
 
 
 def _run_check(args: argparse.Namespace) -> int:
-    from onlinesm.check import check_attention, check_softmax, profile_name
+    from onlinesm.adapters import SDPA_TARGET
+    from onlinesm.check import check
     from onlinesm.devices import select_device
     from onlinesm.errors import UsageError
+    from onlinesm.options import keywords
     from onlinesm.targets import TargetError, load_target
 
+    kw = keywords(args, "check")
+    convention = kw.get("convention")
+    op = args.op or ("attention" if convention not in (None, "onlinesm") else None)
+    target = args.target or (SDPA_TARGET if convention == "sdpa" else None)
     try:
-        device = select_device(args.device)
-        profile = profile_name(args.profile)
-        skip = _skips(args.skip)
+        if op is None:
+            raise UsageError("--op softmax or --op attention is needed (or a --convention, which implies attention)")
+        if target is None:
+            raise UsageError("TARGET is needed: package.module:function or path/to/file.py:function")
+        kw["device"] = select_device(kw.get("device"))
+        if "profile" in kw:
+            from onlinesm.check import profile_name
+
+            kw["profile"] = profile_name(kw["profile"])
         if args.report:
             from onlinesm.report.schema import ensure_writable
 
@@ -131,49 +82,34 @@ def _run_check(args: argparse.Namespace) -> int:
             except OSError as err:
                 raise UsageError(f"cannot write the report to {args.report}: {err.strerror or err}; "
                                  "choose another --report DIR") from None
-        fn = load_target(args.target)
+        fn = load_target(target)
     except (TargetError, UsageError, ValueError) as err:
         return _error(str(err))
-    unknown = set(args.require) - {"batch-invariant"}
-    if unknown:
-        return _error(f"--require {','.join(sorted(unknown))} is not a guarantee onlinesm checks; "
-                      "use batch-invariant")
     progress = None if args.quiet else (lambda msg: print("  " + msg, file=sys.stderr, flush=True))
-    common: dict[str, Any] = dict(
-        dtypes=args.dtypes, fully_masked=args.fully_masked, deterministic=not args.nondeterministic,
-        accumulate=args.accumulate, exp=args.exp, families=args.families, properties=args.properties,
-        skip=skip, profile=profile, max_examples=args.max_examples, seed=args.seed,
-        device=device, backend=args.backend, name=args.target, target=args.target,
-        deadline=args.deadline, compile_allowance=args.compile_allowance, strict=args.strict,
-        raise_on_failure=False, progress=progress,
-    )
-    try:
-        if args.op == "softmax":
-            result = check_softmax(fn, batch_invariant="batch-invariant" in args.require,
-                                   min_len=args.min_len, max_len=args.max_len,
-                                   max_rows=args.max_rows, **common)
-        else:
-            result = check_attention(
-                fn, causal_align=args.causal_align, lse_base=args.lse_base,
-                empty_lse=float(args.empty_lse), allow_tf32=args.allow_tf32,
-                p_dtype=None if args.p_dtype == "none" else args.p_dtype, head_dims=args.head_dims,
-                max_batch=args.max_batch, max_heads=args.max_heads,
-                max_seq_q=args.max_seq_q, max_seq_k=args.max_seq_k, allow_mask=not args.no_mask,
-                allow_causal=not args.no_causal, allow_gqa=args.allow_gqa, same_seq=args.same_seq,
-                **common)
-    except (UsageError, ValueError, TypeError) as err:
-        return _error(str(err))
-    print(result.report())
+    kinds = kw.pop("mask_kinds", None) or [None]
+    results = []
+    for kind in kinds:
+        run_kw = dict(kw, **({"mask_kind": kind} if kind else {}))
+        if kind and len(kinds) > 1:
+            print(f"== mask kind {kind}")
+        try:
+            result = check(fn, op, name=target, target=target, raise_on_failure=False,
+                           progress=progress, **run_kw)
+        except (UsageError, ValueError, TypeError) as err:
+            return _error(str(err))
+        print(result.report())
+        results.append(result)
+    passed = all(r.passed for r in results)
     if args.report:
         from onlinesm.report.schema import write_check_report
 
         try:
-            path = write_check_report(result, args.report)
+            path = write_check_report(results[-1], args.report)
         except OSError as err:
             print(f"onlinesm: error: cannot write the report to {args.report}: {err}", file=sys.stderr)
-            return 1 if not result.passed else 2
+            return 1 if not passed else 2
         print(f"\nreport written to {path}")
-    return 0 if result.passed else 1
+    return 0 if passed else 1
 
 
 def _run_replay(args: argparse.Namespace) -> int:
@@ -182,10 +118,13 @@ def _run_replay(args: argparse.Namespace) -> int:
     from onlinesm.errors import UsageError
     from onlinesm.targets import TargetError, load_target
 
+    from onlinesm.options import keywords
+
+    kw = keywords(args, "replay")
     try:
-        device = select_device(args.device)
+        device = select_device(kw.get("device"))
         fn = load_target(args.target) if args.target else None
-        holds, message = replay(args.file, fn, device=device)
+        holds, message = replay(args.file, fn, device=device, deadline=kw.get("deadline"))
     except (TargetError, UsageError, ValueError) as err:
         return _error(str(err))
     print(("PASSED: " if holds else "FAILED: ") + message)
@@ -205,20 +144,25 @@ def _finish(code: int, hung_before: int) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``onlinesm`` command; returns the exit code."""
-    parser = argparse.ArgumentParser(prog="onlinesm", description="Property testing for softmax and attention kernels.")
-    sub = parser.add_subparsers(dest="command", required=True)
+    parser = _Parser(prog="onlinesm", description="Property testing for softmax and attention kernels.")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     _add_check(sub)
     rp = sub.add_parser("replay", help="re-run one saved counterexample")
     rp.add_argument("file")
     rp.add_argument("--target", help="the kernel, when the file names none or another")
-    rp.add_argument("--device", choices=["cpu", "cuda"])
+    from onlinesm.options import add_options
+
+    add_options(rp, "replay")
     try:
         from onlinesm.report import cli as report_cli
     except ImportError:
         report_cli = None
     if report_cli is not None:
         report_cli.add_parser(sub)
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help (0) or a bad flag (2, one line already printed)
+        return int(exc.code or 0)
     from onlinesm.harness import hung_call_count
 
     before = hung_call_count()

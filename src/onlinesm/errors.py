@@ -18,5 +18,8 @@ from __future__ import annotations
 __all__ = ["UsageError"]
 
 
-class UsageError(Exception):
-    """Nothing could be tested: a bad option or environment, or a kernel that fails at once."""
+class UsageError(ValueError):
+    """Nothing could be tested: a bad option or environment, or a kernel that fails at once.
+
+    A ValueError, since most are a bad value given by the user (``fully_masked="zero"``).
+    """

@@ -30,7 +30,7 @@ import dataclasses
 import inspect
 import re
 import threading
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -48,7 +48,7 @@ class KernelError(Exception):
     """The kernel broke the call contract on some input; ``str(err)`` is a one-line diagnosis.
 
     ``kind`` names the breach (raised | exit | hung | type | shape | dtype | device |
-    modified_input), ``detail`` says what was wrong without the input, and ``what`` describes
+    modified_input), or ``refused``: a declared refusal, which is not a breach, ``detail`` says what was wrong without the input, and ``what`` describes
     the input: two errors with the same ``(kind, detail)`` are the same breach.
     """
 
@@ -129,7 +129,7 @@ def hung_call_count() -> int:
 class Kernel:
     """A user kernel bound to an op, a backend and a device, called under the contract.
 
-    ``fn`` follows DESIGN.md section 3: softmax ``fn(x) -> y``; attention
+    ``fn`` follows the call contract (docs/conventions.md): softmax ``fn(x) -> y``; attention
     ``fn(q, k, v, *, mask=None, causal=False, scale=None)`` returning ``o`` or ``(o, lse)``,
     with ``return_lse=True`` passed when the kernel accepts that keyword.
     """
@@ -146,6 +146,8 @@ class Kernel:
         compile_allowance: float | None = None,
         extra_kwargs: dict[str, Any] | None = None,
         target: str | None = None,
+        refusals: Sequence[tuple[str, str]] = (),
+        domain: Any = None,
     ) -> None:
         if not callable(fn):
             raise TypeError(f"the kernel must be callable, got {fn!r}")
@@ -178,6 +180,10 @@ class Kernel:
         #: where the output of the first successful call that printed anything was saved
         self.output_log: str | None = None
         self.accepts_return_lse = bool(accepts_keyword(fn, "return_lse"))
+        #: declared refusals: (exception type name, regex); a match means "outside the domain"
+        self.refusals = [(t, re.compile(rx)) for t, rx in refusals]
+        #: the declared domain (properties that derive inputs keep them inside it)
+        self.domain = domain
 
     # -- the generic call ---------------------------------------------------------------------
 
@@ -220,10 +226,19 @@ class Kernel:
                 raise KernelError("exit", f"{self.name} {detail} on {what}{note}", detail=detail,
                                   what=what) from None
             first = str(error).strip().splitlines()[0] if str(error).strip() else ""
+            if self.refuses(error):
+                raise KernelError("refused", f"{self.name} refused {what}: {type(error).__name__}: "
+                                  f"{first}", detail="refused", what=what)
             detail = f"raised {type(error).__name__}: {first}"
             raise KernelError("raised", f"{self.name} {detail} (on {what}){note}", detail=detail,
                               what=what) from error
         return result
+
+    def refuses(self, error: BaseException) -> bool:
+        """Whether ``error`` is one of the kernel's declared refusals (type and message match)."""
+        names = {cls.__name__ for cls in type(error).__mro__} | {
+            f"{cls.__module__}.{cls.__qualname__}" for cls in type(error).__mro__}
+        return any(t in names and rx.search(str(error)) for t, rx in self.refusals)
 
     def _to_backend(self, a: np.ndarray | None) -> Any:
         if a is None or self.backend == "numpy":

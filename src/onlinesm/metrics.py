@@ -8,7 +8,7 @@ Every metric is elementwise and vectorised, and treats IEEE special values the s
 - zeros and subnormals are ordinary values: ``ulp_error`` measures in the ulps of the output
   dtype *at the exact value*, and below the smallest normal that ulp is the subnormal spacing.
 
-:func:`compare` turns the elementwise errors and a :class:`~onlinesm.tolerance.Bound` into a
+:func:`compare` turns the elementwise errors and a :class:`Bound` into a
 :class:`Comparison`, whose :meth:`Comparison.message` is the failure text: how many elements
 failed, the worst one (largest error / bound), actual vs exact, its error in ulps and relative,
 the bound split into its named terms, the numerics assumed, and the input row, shortened.
@@ -29,9 +29,12 @@ from typing import Any
 
 import numpy as np
 
+from onlinesm.declarations import Numerics
 from onlinesm.dtypes import resolve, ulp
+from onlinesm.oracle import visible_keys
 
 __all__ = [
+    "Bound",
     "abs_error",
     "ulp_error",
     "rel_error",
@@ -42,6 +45,37 @@ __all__ = [
     "baseline_check",
     "format_row",
 ]
+
+
+@dataclasses.dataclass
+class Bound:
+    """The allowed absolute error per element, and its named terms (which sum to ``abs``).
+
+    ``exact`` is the float64 exact value the bound was computed at (when the bound computed it),
+    so ``compare(actual, bound.exact, bound)`` needs no second oracle call.
+    """
+
+    abs: np.ndarray
+    terms: dict[str, np.ndarray]
+    numerics: Numerics
+    what: str
+    exact: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        self.abs = np.asarray(self.abs, dtype=np.float64)
+
+    def at(self, index: tuple[int, ...]) -> dict[str, float]:
+        """The terms at one element, as floats (broadcast where a term is per row)."""
+        return {k: float(np.broadcast_to(t, self.abs.shape)[index]) for k, t in self.terms.items()}
+
+    def describe(self, index: tuple[int, ...] | None = None) -> str:
+        """``bound 2.3e-07 = exp 1.2e-07 + sum 8.0e-08 + ...`` at ``index`` (default: the max)."""
+        if index is None:
+            index = tuple(int(i) for i in np.unravel_index(int(np.argmax(self.abs)),
+                                                           self.abs.shape))
+        total = float(self.abs[index])
+        parts = [f"{k} {v:.2g}" for k, v in self.at(index).items() if v > 0 and v >= 1e-3 * total]
+        return f"bound {total:.3g}" + (" = " + " + ".join(parts) if parts else "")
 
 
 def _pair(actual: Any, exact: Any) -> tuple[np.ndarray, np.ndarray]:
@@ -112,7 +146,7 @@ def rmse(actual: Any, exact: Any, *, axis: int | tuple[int, ...] | None = None) 
 def bound_use(actual: Any, exact: Any, bound: Any) -> np.ndarray:
     """abs_error / bound, elementwise: 0/0 = 0, x/0 = inf. A value above 1 is a failure.
 
-    ``bound`` is an array or a :class:`~onlinesm.tolerance.Bound`.
+    ``bound`` is an array or a :class:`Bound`.
     """
     allowed = np.asarray(getattr(bound, "abs", bound), dtype=np.float64)
     err = abs_error(actual, exact)
@@ -317,23 +351,18 @@ def _score_row(inputs: Mapping[str, Any], index: tuple[int, ...]) -> np.ndarray:
     q = np.asarray(inputs["q"]).astype(np.float64)
     k = np.asarray(inputs["k"]).astype(np.float64)
     b, h, i = (int(t) for t in index[:3])
-    sq, d = q.shape[2], q.shape[3]
-    sk = k.shape[2]
+    d = q.shape[3]
     hk = h // (q.shape[1] // k.shape[1])
     scale = inputs.get("scale") or 1.0 / np.sqrt(d)
     s = scale * (k[b, hk] @ q[b, h, i])
-    visible = np.ones(sk, dtype=bool)
-    mask = inputs.get("mask")
-    if mask is not None:
-        visible &= np.broadcast_to(np.asarray(mask), (q.shape[0], q.shape[1], sq, sk))[b, h, i]
-    if inputs.get("causal"):
-        off = 0 if inputs.get("causal_align", "top-left") == "top-left" else sk - sq
-        visible &= np.arange(sk) <= i + off
+    visible = visible_keys(q.shape[:3] + (k.shape[2],), mask=inputs.get("mask"),
+                           causal=bool(inputs.get("causal")),
+                           causal_align=inputs.get("causal_align", "top-left"))[b, h, i]
     return np.where(visible, s, -np.inf)
 
 
 def compare(actual: Any, exact: Any, bound: Any, *, out_dtype: Any = None) -> Comparison:
-    """Compare ``actual`` with ``exact`` under ``bound`` (a :class:`~onlinesm.tolerance.Bound`).
+    """Compare ``actual`` with ``exact`` under ``bound`` (a :class:`Bound`).
 
     Vectorised over all elements. An element fails when its :func:`abs_error` exceeds
     ``bound.abs`` (so a NaN where a number was due always fails, and a bound of 0 demands the
@@ -417,8 +446,6 @@ def baseline_check(actual: Any, exact: Any, baseline: Any, *, factor: float = 2.
     base_err = abs_error(baseline, exact)
     base_max = float(base_err.max()) if base_err.size else 0.0
     allowed = factor * base_max + atol
-    from onlinesm.tolerance import Bound, Numerics  # no import cycle at module level
-
     shape = np.broadcast_shapes(a.shape, np.shape(exact))
     b = Bound(
         abs=np.full(shape, allowed),

@@ -2,7 +2,7 @@
 
 Hypothesis shrinks the *recipe* of a batch (family, length, seed ...), not its values, so a
 failing example can still be a batch of 8 rows of 4096. This module reduces the input itself
-while the property keeps failing (DESIGN.md section 5):
+while the property keeps failing (docs/conventions.md):
 
 1. keep the one failing row (the property names it; else try each row alone);
 2. cut its length: remove chunks, halving their size (delta debugging), trying chunks that hold

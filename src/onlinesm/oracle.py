@@ -32,6 +32,7 @@ __all__ = [
     "AUDIT_TOLERANCE",
     "softmax",
     "logsumexp",
+    "softmax_and_logsumexp",
     "attention",
     "visible_keys",
     "fast_path_rel_error",
@@ -157,6 +158,16 @@ def softmax(x: Any, *, exact: bool = False) -> np.ndarray:
     array([[1., 0.]])
     """
     return _softmax_and_lse(x, exact)[0]
+
+
+def softmax_and_logsumexp(x: Any, *, exact: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """(softmax, logsumexp) of ``x`` in one pass, as float64: what the bounds are computed at.
+
+    >>> y, lse = softmax_and_logsumexp(np.array([[0.0, 0.0]]))
+    >>> y.tolist(), bool(lse[0] == np.log(2.0))
+    ([[0.5, 0.5]], True)
+    """
+    return _softmax_and_lse(x, exact)
 
 
 def logsumexp(x: Any, *, exact: bool = False) -> np.ndarray:

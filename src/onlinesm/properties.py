@@ -1,4 +1,4 @@
-"""The property catalogue (DESIGN.md section 4): one small function per property.
+"""The property catalogue (``docs/conventions.md``): one small function per property.
 
 Each property takes the :class:`~onlinesm.harness.Kernel`, one generated input and the
 kernel's declared :class:`Conventions`, and raises :class:`PropertyFailure` (an
@@ -8,7 +8,12 @@ properties that relate two rounded results (shift, permutation, split/merge, a r
 a batch) allow the sum of both results' bounds.
 
 The registries :data:`SOFTMAX_PROPERTIES` and :data:`ATTENTION_PROPERTIES` map each name to
-its function; the docstring's first line says what bug it catches.
+its raising function; the docstring's first line says what bug it catches. Each property also
+has a non-raising *measure* form (:data:`SOFTMAX_MEASURES`, :data:`ATTENTION_MEASURES`)
+returning a :class:`Measurement` (the verdict, the message, and for the bounded properties the
+per-element bound use); the raising form is "measure, then raise if not ok". ``onlinesm
+check`` calls the raising forms, ``onlinesm report`` aggregates the measure forms: one
+measurement, two views.
 """
 
 from __future__ import annotations
@@ -20,51 +25,36 @@ import numpy as np
 
 from onlinesm import oracle
 from onlinesm.dtypes import resolve, same_bits
+from onlinesm.metrics import bound_use
 from onlinesm.harness import AttentionInputs, Kernel
-from onlinesm.tolerance import Numerics, attention_bound, compare, relation_bound, rowsum_bound, softmax_bound
+from onlinesm.declarations import Conventions
+from onlinesm.tolerance import attention_bound, compare, relation_bound, rowsum_bound, softmax_bound
 
 __all__ = [
     "Conventions",
+    "Measurement",
     "PropertyFailure",
+    "Untested",
+    "SOFTMAX_MEASURES",
+    "ATTENTION_MEASURES",
+    "measure_softmax_accuracy",
+    "measure_softmax_fully_masked",
+    "measure_softmax_nonfinite",
+    "measure_softmax_special_rows",
+    "measure_attention_accuracy",
+    "measure_attention_fully_masked",
     "SOFTMAX_PROPERTIES",
     "ATTENTION_PROPERTIES",
     "regular_rows",
 ]
 
 
-@dataclasses.dataclass(frozen=True)
-class Conventions:
-    """What a kernel declares about itself (DESIGN.md section 3); defaults in brackets.
+class Untested(Exception):
+    """The input holds nothing this property can test (no mask, no causal flag, one key, ...).
 
-    - ``fully_masked``: a row with no finite input / no visible key gives ``"zeros"`` (lse
-      -inf), ``"nan"`` (torch.softmax), or ``"any"`` ["zeros"];
-    - ``causal_align``: ``"top-left"`` (SDPA) or ``"bottom-right"`` (FlashAttention 2+) ["top-left"];
-    - ``lse_base``: ``"e"`` or ``"2"`` ["e"]; ``empty_lse``: lse of a fully masked row,
-      ``-inf`` or ``+inf`` [-inf];
-    - ``batch_invariant`` [False]: a row's result is bitwise independent of the batch;
-      ``deterministic`` [True]: two identical calls are bitwise equal;
-    - ``numerics``: accumulation dtype, exp class, tf32, P's dtype: they set the bound's terms.
+    Not a failure and not a pass: the engine counts such examples apart, so that ``pass (N)``
+    counts only examples that tested something, and a property no example tested is n/a.
     """
-
-    fully_masked: str = "zeros"
-    causal_align: str = "top-left"
-    lse_base: str = "e"
-    empty_lse: float = -np.inf
-    batch_invariant: bool = False
-    deterministic: bool = True
-    numerics: Numerics = dataclasses.field(default_factory=Numerics)
-
-    def __post_init__(self) -> None:
-        if self.fully_masked not in ("zeros", "nan", "any"):
-            raise ValueError(f"fully_masked={self.fully_masked!r} is not a convention; "
-                             "use 'zeros', 'nan' or 'any'")
-        if self.causal_align not in ("top-left", "bottom-right"):
-            raise ValueError(f"causal_align={self.causal_align!r} is not supported; "
-                             "use 'top-left' or 'bottom-right'")
-        if self.lse_base not in ("e", "2"):
-            raise ValueError(f"lse_base={self.lse_base!r} is not supported; use 'e' or '2'")
-        if not np.isinf(self.empty_lse):
-            raise ValueError(f"empty_lse={self.empty_lse!r} must be -inf or +inf")
 
 
 class PropertyFailure(AssertionError):
@@ -77,6 +67,76 @@ class PropertyFailure(AssertionError):
         self.worst_row = worst_row  # which row of the batch failed (softmax), for the minimiser
         self.bound_use = bound_use
         self.comparison: Any = None  # the Comparison behind a bound failure, when there is one
+        self.measurement: Any = None  # the Measurement behind it, when there is one
+
+
+@dataclasses.dataclass
+class Measurement:
+    """What one property measured on one input, without raising: the verdict and its evidence.
+
+    - ``ok`` and ``message`` (the exact failure text the raising form raises with);
+    - ``actual``, ``exact``, ``allowed``: for a property with a bound, the compared elements
+      (float64) and the allowed error of each; ``bound_use`` = error / allowed per element;
+    - ``conventions``: convention verdicts, e.g. ``{"fully_masked": True}``.
+
+    >>> Measurement("range").ok
+    True
+    """
+
+    prop: str
+    ok: bool = True
+    message: str = ""
+    worst_row: int | None = None
+    max_bound_use: float = 0.0
+    actual: np.ndarray | None = None
+    exact: np.ndarray | None = None
+    allowed: np.ndarray | None = None
+    conventions: dict[str, bool] = dataclasses.field(default_factory=dict)
+    #: False when the input held nothing this property tests (then ``ok`` says nothing)
+    tested: bool = True
+
+    @property
+    def bound_use(self) -> np.ndarray | None:
+        """error / allowed per compared element (None without a bound)."""
+        if self.allowed is None:
+            return None
+        with np.errstate(all="ignore"):
+            return bound_use(self.actual, self.exact, self.allowed)
+
+    def raise_if_failed(self) -> None:
+        """The raising form: :class:`PropertyFailure` with the message, when not ok."""
+        if not self.ok:
+            failure = PropertyFailure(self.prop, self.message, worst_row=self.worst_row,
+                                      bound_use=self.max_bound_use)
+            failure.measurement = self  # the evidence, e.g. for the interpreter-suspect test
+            raise failure
+
+
+def _raising(measure: Callable[..., Measurement]) -> Callable[..., None]:
+    """The raising form ``prop(kernel, input, conv)`` of a measure form: measure, then raise."""
+    def prop(kernel: Any, inp: Any, conv: Conventions) -> None:
+        m = measure(kernel, inp, conv)
+        m.raise_if_failed()
+        if not m.tested:
+            raise Untested(f"{m.prop}: nothing to test in this input")
+    prop.__name__ = measure.__name__.replace("measure_", "")
+    prop.__doc__ = measure.__doc__
+    return prop
+
+
+def _measured(raising: Callable[..., None], prop: str) -> Callable[..., Measurement]:
+    """The measure form of a property whose checks all end in raising: its verdict as a record."""
+    def measure(kernel: Any, inp: Any, conv: Conventions) -> Measurement:
+        try:
+            raising(kernel, inp, conv)
+        except PropertyFailure as err:
+            return Measurement(prop, ok=False, message=str(err), worst_row=err.worst_row,
+                               max_bound_use=err.bound_use)
+        except Untested:
+            return Measurement(prop, tested=False)
+        return Measurement(prop)
+    measure.__doc__ = raising.__doc__
+    return measure
 
 
 # ---------------------------------------------------------------------------------------------
@@ -108,18 +168,30 @@ def _fail_at_first(bad: np.ndarray, prop: str, x: np.ndarray,
             worst_row=r)
 
 
-def softmax_accuracy(kernel: Kernel, x: np.ndarray, conv: Conventions) -> None:
-    """Every element within the error-analysis bound of the exact softmax (all bug classes)."""
-    y = kernel.softmax(x)
+def measure_softmax_accuracy(kernel: Kernel, x: np.ndarray, conv: Conventions, *,
+                             y: np.ndarray | None = None,
+                             exact: np.ndarray | None = None) -> Measurement:
+    """Every element within the error-analysis bound of the exact softmax (all bug classes).
+
+    ``y`` is the kernel's output when already at hand (one call serves several measures);
+    ``exact`` the oracle's softmax of ``x``, when already at hand. The compared elements are
+    those of the regular rows (:func:`regular_rows`).
+    """
+    y = kernel.softmax(x) if y is None else y
     rows = regular_rows(x)
     if not rows.any():
-        return
+        return Measurement("accuracy")
     xs = x[rows]
-    bound = softmax_bound(xs, out_dtype=x.dtype, numerics=conv.numerics)
+    bound = softmax_bound(xs, out_dtype=x.dtype, numerics=conv.numerics,
+                          exact=None if exact is None else exact[rows])
     cmp = compare(y[rows], bound.exact, bound, out_dtype=x.dtype)
+    out = Measurement("accuracy", ok=cmp.ok, max_bound_use=cmp.max_bound_use,
+                      actual=y[rows].astype(np.float64), exact=bound.exact, allowed=bound.abs)
     if not cmp.ok:
         cmp.worst_index = (int(np.flatnonzero(rows)[cmp.worst_index[0]]),) + cmp.worst_index[1:]
-    _fail_if(cmp, "accuracy", x, name="softmax accuracy")
+        out.worst_row = cmp.worst_index[0]
+        out.message = cmp.message(inputs=x, name="softmax accuracy")
+    return out
 
 
 def softmax_row_sum(kernel: Kernel, x: np.ndarray, conv: Conventions) -> None:
@@ -163,24 +235,58 @@ def softmax_masked_zero(kernel: Kernel, x: np.ndarray, conv: Conventions) -> Non
         "expected exactly 0"))
 
 
-def softmax_fully_masked(kernel: Kernel, x: np.ndarray, conv: Conventions) -> None:
+def _meets(convention: str, got: np.ndarray, uniform: np.ndarray, tol: float) -> bool:
+    """Whether a fully masked row's output follows the convention: zeros, NaN, or uniform
+    (within ``tol`` of ``uniform``: 1/n for softmax, the mean of V for attention)."""
+    if convention == "zeros":
+        return bool(np.all(got == 0))
+    if convention == "nan":
+        return bool(np.all(np.isnan(got)))
+    return bool(np.all(np.abs(got - uniform) <= tol))
+
+
+def measure_softmax_fully_masked(kernel: Kernel, x: np.ndarray, conv: Conventions, *,
+                                 y: np.ndarray | None = None) -> Measurement:
     """A row of only -inf follows the declared convention (zeros, or NaN like torch.softmax)."""
     x64 = x.astype(np.float64)
     empty = np.isneginf(x64).all(axis=-1)
     if not empty.any() or conv.fully_masked == "any":
-        return
-    y = kernel.softmax(x).astype(np.float64)
+        return Measurement("fully_masked")
+    y = (kernel.softmax(x) if y is None else y).astype(np.float64)
+    n = x.shape[-1]
     for r in np.flatnonzero(empty):
-        ok = np.all(y[r] == 0) if conv.fully_masked == "zeros" else np.all(np.isnan(y[r]))
+        # uniform: 1/n, within a few units of the output's rounding
+        ok = _meets(conv.fully_masked, y[r], np.full(n, 1.0 / n), 4 * resolve(x.dtype).u / n)
         if not ok:
-            want = "zeros" if conv.fully_masked == "zeros" else "NaN"
-            raise PropertyFailure(
-                "fully_masked",
-                f"softmax fully masked row {r} (all {x.shape[-1]} entries -inf): expected {want} "
-                f"(declared fully_masked={conv.fully_masked!r}), got {_short(y[r])}; declare "
-                f"fully_masked='nan' or 'any' if that is the kernel's convention",
-                worst_row=int(r),
+            want = {"zeros": "zeros", "nan": "NaN", "uniform": f"1/{n} everywhere"}[conv.fully_masked]
+            return Measurement(
+                "fully_masked", ok=False, worst_row=int(r), max_bound_use=np.inf,
+                conventions={"fully_masked": False},
+                message=(f"softmax fully masked row {r} (all {x.shape[-1]} entries -inf): expected {want} "
+                         f"(declared fully_masked={conv.fully_masked!r}), got {_short(y[r])}; declare "
+                         f"fully_masked='nan' or 'any' if that is the kernel's convention"),
             )
+    return Measurement("fully_masked", conventions={"fully_masked": True})
+
+
+def measure_softmax_nonfinite(kernel: Kernel, x: np.ndarray, conv: Conventions, *,
+                              y: np.ndarray | None = None) -> Measurement:
+    """A row holding NaN or +inf gives NaN in every entry, unless nonfinite='any' is declared."""
+    x64 = x.astype(np.float64)
+    special = (np.isnan(x64) | np.isposinf(x64)).any(axis=-1)
+    if not special.any() or conv.nonfinite == "any":
+        return Measurement("nonfinite")
+    y = (kernel.softmax(x) if y is None else y).astype(np.float64)
+    for r in np.flatnonzero(special):
+        if not np.all(np.isnan(y[r])):
+            return Measurement(
+                "nonfinite", ok=False, worst_row=int(r), max_bound_use=np.inf,
+                conventions={"nonfinite": False},
+                message=(f"softmax row {r} holds NaN or +inf: expected NaN in every entry "
+                         f"(declared nonfinite={conv.nonfinite!r}), got {_short(y[r])}; declare "
+                         f"nonfinite='any' if that is the kernel's convention\n" + _row_text(x[r])),
+            )
+    return Measurement("nonfinite", conventions={"nonfinite": True})
 
 
 def _exact_shift(x: np.ndarray) -> float | None:
@@ -337,6 +443,22 @@ def softmax_strided(kernel: Kernel, x: np.ndarray, conv: Conventions) -> None:
     _fail_if(cmp, "strided", x[rows], name="softmax on a strided (non-contiguous) input")
 
 
+def measure_softmax_special_rows(kernel: Kernel, x: np.ndarray, conv: Conventions, *,
+                                 y: np.ndarray | None = None) -> Measurement:
+    """Special rows follow the declared conventions: fully masked rows (``fully_masked``), then
+    rows holding NaN or +inf (``nonfinite``). The ``fully_masked`` property of the catalogue."""
+    if y is None and (np.isinf(x.astype(np.float64)) | np.isnan(x.astype(np.float64))).any():
+        y = kernel.softmax(x)
+    first = measure_softmax_fully_masked(kernel, x, conv, y=y)
+    second = measure_softmax_nonfinite(kernel, x, conv, y=y)
+    out = first if not first.ok else dataclasses.replace(second, prop="fully_masked")
+    out.conventions = {**first.conventions, **second.conventions}
+    return out
+
+
+softmax_accuracy = _raising(measure_softmax_accuracy)
+softmax_fully_masked = _raising(measure_softmax_special_rows)
+
 SOFTMAX_PROPERTIES: dict[str, Callable[[Kernel, np.ndarray, Conventions], None]] = {
     "deterministic": softmax_deterministic,
     "accuracy": softmax_accuracy,
@@ -351,15 +473,23 @@ SOFTMAX_PROPERTIES: dict[str, Callable[[Kernel, np.ndarray, Conventions], None]]
     "strided": softmax_strided,
 }
 
+#: name -> the non-raising form ``measure(kernel, x, conv) -> Measurement`` of each property.
+SOFTMAX_MEASURES: dict[str, Callable[..., Measurement]] = {
+    name: {"accuracy": measure_softmax_accuracy,
+           "fully_masked": measure_softmax_special_rows}.get(name) or _measured(prop, name)
+    for name, prop in SOFTMAX_PROPERTIES.items()
+}
+
 
 # ---------------------------------------------------------------------------------------------
 # Attention
 
 
-def _attention_exact(inp: AttentionInputs, conv: Conventions) -> tuple[Any, Any]:
+def _attention_exact(inp: AttentionInputs, conv: Conventions,
+                     exact: tuple[Any, Any] | None = None) -> tuple[Any, Any]:
     return attention_bound(inp.q, inp.k, inp.v, mask=inp.mask, causal=inp.causal, scale=inp.scale,
                            causal_align=conv.causal_align, out_dtype=inp.q.dtype,
-                           numerics=conv.numerics)
+                           numerics=conv.numerics, exact=exact)
 
 
 def _attention_inputs_text(inp: AttentionInputs, conv: Conventions) -> dict[str, Any]:
@@ -384,53 +514,80 @@ def _visible_any(inp: AttentionInputs, conv: Conventions) -> np.ndarray:
     return vis.any(axis=-1)
 
 
-def attention_accuracy(kernel: Kernel, inp: AttentionInputs, conv: Conventions) -> None:
-    """o (and lse when returned) within the bound of the exact attention, on visible queries."""
-    o, lse = kernel.attention(inp)
-    ob, lb = _attention_exact(inp, conv)
+def measure_attention_accuracy(kernel: Kernel, inp: AttentionInputs, conv: Conventions, *,
+                               out: tuple[Any, Any] | None = None,
+                               exact: tuple[Any, Any] | None = None) -> Measurement:
+    """o (and lse when returned) within the bound of the exact attention, on visible queries.
+
+    ``out`` = the kernel's (o, lse) when already at hand; ``exact`` = the oracle's (o, lse).
+    The compared elements: o of the queries that see a key, then their lse when returned.
+    """
+    o, lse = kernel.attention(inp) if out is None else out
+    ob, lb = _attention_exact(inp, conv, exact)
     rows = _visible_any(inp, conv)
     o_sel = np.where(rows[..., None], o.astype(np.float64), ob.exact)
     cmp = compare(o_sel, ob.exact, ob, out_dtype=inp.q.dtype)
-    _fail_if(cmp, "accuracy", _attention_inputs_text(inp, conv), name="attention o")
+    parts = [(o.astype(np.float64)[rows], ob.exact[rows], ob.abs[rows])]
+    res = Measurement("accuracy", ok=cmp.ok, max_bound_use=cmp.max_bound_use)
+    if not cmp.ok:
+        res.message = cmp.message(inputs=_attention_inputs_text(inp, conv), name="attention o")
     if lse is not None:
         got = np.where(rows, _lse_natural(lse, conv), lb.exact)
-        cmp = compare(got, lb.exact, lb, out_dtype=np.float32)
-        _fail_if(cmp, "accuracy", _attention_inputs_text(inp, conv), name="attention lse")
+        parts.append((_lse_natural(lse, conv)[rows], lb.exact[rows], lb.abs[rows]))
+        if res.ok:  # the message names the first failing output: o, then lse
+            cmp = compare(got, lb.exact, lb, out_dtype=np.float32)
+            res.ok, res.max_bound_use = cmp.ok, max(res.max_bound_use, cmp.max_bound_use)
+            if not cmp.ok:
+                res.message = cmp.message(inputs=_attention_inputs_text(inp, conv),
+                                          name="attention lse")
+    res.actual, res.exact, res.allowed = (np.concatenate([np.ravel(p[i]) for p in parts])
+                                          for i in range(3))
+    return res
 
 
-def attention_fully_masked(kernel: Kernel, inp: AttentionInputs, conv: Conventions) -> None:
+def measure_attention_fully_masked(kernel: Kernel, inp: AttentionInputs, conv: Conventions, *,
+                                   out: tuple[Any, Any] | None = None) -> Measurement:
     """A query with no visible key follows the convention: zeros (lse -inf), or NaN."""
     rows = ~_visible_any(inp, conv)
     if not rows.any() or conv.fully_masked == "any":
-        return
-    o, lse = kernel.attention(inp)
+        return Measurement("fully_masked", tested=bool(rows.any()))
+    o, lse = kernel.attention(inp) if out is None else out
     o64 = o.astype(np.float64)
     idx = np.argwhere(rows)
+    v64 = inp.v.astype(np.float64)
+    group = inp.q.shape[1] // inp.k.shape[1]
+    sk = inp.k.shape[2]
     for b, h, i in idx:
-        ok = np.all(o64[b, h, i] == 0) if conv.fully_masked == "zeros" else np.all(np.isnan(o64[b, h, i]))
+        # uniform (a finite-min mask): every key weighs 1/Sk, so o is the mean of V
+        mean_v = v64[b, h // group].mean(axis=0)
+        tol = (4 * resolve(inp.q.dtype).u + sk * conv.numerics.working.u) * float(np.abs(v64[b, h // group]).max(initial=0.0))
+        ok = _meets(conv.fully_masked, o64[b, h, i], mean_v, tol)
         if ok and lse is not None and conv.fully_masked == "zeros":
             ok = _lse_natural(lse, conv)[b, h, i] == -np.inf
         if not ok:
             got_lse = "" if lse is None else f", lse {float(lse[b, h, i])!r}"
-            want = "zeros and lse -inf" if conv.fully_masked == "zeros" else "NaN"
-            raise PropertyFailure(
-                "fully_masked",
-                f"attention fully masked query [b={b}, h={h}, i={i}] (no visible key): expected "
-                f"{want} (declared fully_masked={conv.fully_masked!r}, empty_lse={conv.empty_lse}), "
-                f"got o = {_short(o64[b, h, i])}{got_lse} ({len(idx)} such queries in "
-                f"q {list(inp.q.shape)}, k {list(inp.k.shape)})",
+            want = {"zeros": "zeros and lse -inf", "nan": "NaN",
+                    "uniform": f"the mean of V over the keys ({_short(mean_v)})"}[conv.fully_masked]
+            return Measurement(
+                "fully_masked", ok=False, max_bound_use=np.inf,
+                conventions={"fully_masked": False},
+                message=(f"attention fully masked query [b={b}, h={h}, i={i}] (no visible key): expected "
+                         f"{want} (declared fully_masked={conv.fully_masked!r}, empty_lse={conv.empty_lse}), "
+                         f"got o = {_short(o64[b, h, i])}{got_lse} ({len(idx)} such queries in "
+                         f"q {list(inp.q.shape)}, k {list(inp.k.shape)})"),
             )
+    return Measurement("fully_masked", conventions={"fully_masked": True})
 
 
 def attention_masked_invisible(kernel: Kernel, inp: AttentionInputs, conv: Conventions) -> None:
     """Masked keys are invisible: poisoning masked K/V with huge finite values changes nothing."""
     if inp.mask is None:
-        return
+        raise Untested("no mask")
     fmt = resolve(inp.q.dtype)
     hidden_all = ~np.broadcast_to(inp.mask, inp.q.shape[:2] + (inp.q.shape[2], inp.k.shape[2])).any(axis=(1, 2))
     # keys hidden from every query of a batch (key padding): poison them in K and V
     if not hidden_all.any():
-        return
+        raise Untested("no key is hidden from every query")
     poison = min(fmt.max / 4, 3.0e4 if fmt.name == "float16" else 1.0e30)
     k, v = inp.k.copy(), inp.v.copy()
     for b, j in np.argwhere(hidden_all):
@@ -462,7 +619,7 @@ def _attention_relation(kernel: Kernel, inp: AttentionInputs, other: AttentionIn
 def attention_causal_mask(kernel: Kernel, inp: AttentionInputs, conv: Conventions) -> None:
     """causal=True equals the explicit triangular mask of the declared alignment."""
     if not inp.causal:
-        return
+        raise Untested("not causal")
     b, h, sq, _ = inp.q.shape
     tri = oracle.visible_keys((1, 1, sq, inp.k.shape[2]), causal=True, causal_align=conv.causal_align)
     mask = tri if inp.mask is None else (np.broadcast_to(inp.mask, (b, h, sq, inp.k.shape[2])) & tri)
@@ -475,7 +632,7 @@ def attention_key_permutation(kernel: Kernel, inp: AttentionInputs, conv: Conven
     """Permuting keys with their values and mask columns changes nothing beyond rounding."""
     sk = inp.k.shape[2]
     if sk < 2 or inp.causal:
-        return
+        raise Untested("one key, or causal")
     perm = np.random.default_rng(sk).permutation(sk)
     mask = None if inp.mask is None else np.ascontiguousarray(inp.mask[..., perm])
     permuted = dataclasses.replace(inp, k=np.ascontiguousarray(inp.k[:, :, perm]),
@@ -490,8 +647,17 @@ def attention_split_merge(kernel: Kernel, inp: AttentionInputs, conv: Convention
 
     sk = inp.k.shape[2]
     if sk < 2 or inp.causal or not kernel.accepts_return_lse:
-        return
-    cut = sk // 2
+        raise Untested("one key, causal, or no lse")
+    # both halves must lie inside the kernel's domain: key lengths a multiple of M, >= the minimum
+    domain = getattr(kernel, "domain", None)
+    step = getattr(domain, "seq_multiple", 1)
+    least = max(step, getattr(domain, "min_seq_k", 1))
+    if getattr(domain, "same_seq", False):
+        raise Untested("the kernel needs Sq == Sk, and a half has fewer keys")
+    cut = (sk // 2) // step * step
+    if cut < least or sk - cut < least:
+        raise Untested(f"Sk={sk} cannot be split into two halves of >= {least} keys "
+                       f"(multiples of {step})")
     halves = []
     for sl in (slice(0, cut), slice(cut, sk)):
         mask = None if inp.mask is None else np.ascontiguousarray(
@@ -500,7 +666,7 @@ def attention_split_merge(kernel: Kernel, inp: AttentionInputs, conv: Convention
                                    v=np.ascontiguousarray(inp.v[:, :, sl]), mask=mask)
         o, lse = kernel.attention(part)
         if lse is None:
-            return
+            raise Untested("the kernel returned no lse")
         halves.append((o.astype(np.float64), _lse_natural(lse, conv)))
     (o1, l1), (o2, l2) = halves
     merged, _ = merge_states(o1, l1, o2, l2)
@@ -516,7 +682,7 @@ def attention_split_merge(kernel: Kernel, inp: AttentionInputs, conv: Convention
 def attention_default_scale(kernel: Kernel, inp: AttentionInputs, conv: Conventions) -> None:
     """scale=None means 1/sqrt(D): the same answer as passing that scale explicitly."""
     if inp.scale is not None:
-        return
+        raise Untested("an explicit scale")
     d = inp.q.shape[-1]
     explicit = dataclasses.replace(inp, scale=float(1.0 / np.sqrt(d)))
     _attention_relation(kernel, inp, explicit, conv, "default_scale",
@@ -538,6 +704,9 @@ def attention_deterministic(kernel: Kernel, inp: AttentionInputs, conv: Conventi
         )
 
 
+attention_accuracy = _raising(measure_attention_accuracy)
+attention_fully_masked = _raising(measure_attention_fully_masked)
+
 ATTENTION_PROPERTIES: dict[str, Callable[[Kernel, AttentionInputs, Conventions], None]] = {
     "deterministic": attention_deterministic,
     "accuracy": attention_accuracy,
@@ -547,6 +716,13 @@ ATTENTION_PROPERTIES: dict[str, Callable[[Kernel, AttentionInputs, Conventions],
     "key_permutation": attention_key_permutation,
     "split_merge": attention_split_merge,
     "default_scale": attention_default_scale,
+}
+
+#: name -> the non-raising form ``measure(kernel, inp, conv) -> Measurement`` of each property.
+ATTENTION_MEASURES: dict[str, Callable[..., Measurement]] = {
+    name: {"accuracy": measure_attention_accuracy,
+           "fully_masked": measure_attention_fully_masked}.get(name) or _measured(prop, name)
+    for name, prop in ATTENTION_PROPERTIES.items()
 }
 
 

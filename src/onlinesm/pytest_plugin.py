@@ -21,17 +21,9 @@ __all__ = ["onlinesm_suite"]
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    group = parser.getgroup("onlinesm", "onlinesm property suites")
-    group.addoption("--onlinesm-profile", default=None,
-                    help="settings profile of onlinesm's suites: quick, ci or thorough [quick]")
-    group.addoption("--onlinesm-deadline", type=float, default=None,
-                    help="seconds one kernel call may take before it counts as a hang "
-                         "[cuda 30, cpu 120]")
-    group.addoption("--onlinesm-seed", type=int, default=None, help="seed for reproducible runs")
-    group.addoption("--onlinesm-max-examples", type=int, default=None,
-                    help="examples per property and dtype")
-    group.addoption("--onlinesm-device", choices=["cpu", "cuda"], default=None,
-                    help="device the kernels run on [cuda when available]")
+    from onlinesm.options import add_pytest_options
+
+    add_pytest_options(parser.getgroup("onlinesm", "onlinesm property suites"))
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -49,19 +41,11 @@ def onlinesm_suite(fn: Callable[..., Any], *, op: str = "softmax", **conventions
 
     @pytest.mark.onlinesm
     def test(pytestconfig: pytest.Config) -> None:
-        from onlinesm.check import check_attention, check_softmax
+        from onlinesm.check import check
+        from onlinesm.options import pytest_keywords
 
-        kw = dict(conventions)
-        profile = pytestconfig.getoption("--onlinesm-profile", None)
-        if profile:
-            kw["profile"] = profile  # "quick" or "onlinesm-quick": both are accepted
-        for opt, key in (("--onlinesm-seed", "seed"), ("--onlinesm-max-examples", "max_examples"),
-                         ("--onlinesm-device", "device"), ("--onlinesm-deadline", "deadline")):
-            value = pytestconfig.getoption(opt, None)
-            if value is not None:
-                kw[key] = value
-        check = check_softmax if op == "softmax" else check_attention
-        result = check(fn, raise_on_failure=False, **kw)
+        kw = {**conventions, **pytest_keywords(pytestconfig)}  # the command line wins
+        result = check(fn, op, raise_on_failure=False, **kw)
         if not result.passed:
             pytest.fail(result.report(), pytrace=False)
 

@@ -15,7 +15,7 @@ The terms, each multiplied by y_i:
 
 - ``arg``: forming z = x - m in working precision, ``u·|z|`` (it grows with the distance from the
   max; ``exp="exp2"`` adds the ``·log2(e)`` product: ``2.25·u·|z|``);
-- ``exp``: the exp's own error, by class (DESIGN.md section 6, measured on an H200): ``"fast"``,
+- ``exp``: the exp's own error, by class (measured on an H200, see ``docs/conventions.md``): ``"fast"``,
   Triton's ``tl.exp`` = ex2.approx(x·log2 e), ``(1.25·|z| + 5)·u`` (the rounded product
   x·log2 e perturbs the exponent by u·|z|, log2 e in fp32 adds 0.22·u·|z|, ex2.approx 2.05 ulp;
   measured 62.7 ulp at z = -87, the model allows 87 to 114); ``"exp2"`` 4.2u; ``"accurate"``
@@ -85,13 +85,16 @@ Example:
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import numpy as np
 
+from onlinesm.declarations import EXP_CLASSES, Numerics
 from onlinesm.dtypes import FloatFormat, resolve, ulp
+from onlinesm import oracle
+from onlinesm.oracle import visible_keys
 from onlinesm.metrics import (
+    Bound,
     Comparison,
     abs_error,
     baseline_check,
@@ -112,7 +115,8 @@ __all__ = [
     "attention_bound",
     "relation_bound",
     "gamma",
-    # re-exported from onlinesm.metrics
+    # Numerics and EXP_CLASSES are re-exported from onlinesm.declarations, Bound and the
+    # metrics from onlinesm.metrics
     "Comparison",
     "compare",
     "baseline_check",
@@ -126,117 +130,6 @@ __all__ = [
 _U64 = 2.0**-53
 _U_TF32 = 2.0**-11
 _EXP_UNDERFLOW = 746.0  # beyond |z| = 746, exp(z) is 0 in float64: the oracle is exact there
-
-#: exp accuracy classes: (arg coefficient, exp's |z| coefficient, exp's constant, in units of
-#: u of the working precision; division error in u; description).
-EXP_CLASSES: dict[str, tuple[float, float, float, float, str]] = {
-    "fast": (1.0, 1.25, 5.0, 4.0,
-             "fast GPU exp (Triton tl.exp = ex2.approx(x·log2e)): (1.25|z| + 5)u"),
-    "exp2": (2.25, 0.0, 4.2, 4.0, "ex2.approx on (x - m)·log2e: 2.05 ulp, argument 2.25u|z|"),
-    "accurate": (1.0, 0.0, 4.0, 2.0, "accurate exp (libm, torch.exp): 2 ulp"),
-    "exact": (1.0, 0.0, 1.0, 2.0, "correctly rounded exp: 0.5 ulp"),
-}
-_EXP_ALIASES = {
-    "correctly_rounded": "exact", "tl.exp": "fast", "ex2.approx": "exp2", "libm": "accurate",
-    "torch": "accurate",
-}
-
-
-@dataclasses.dataclass(frozen=True)
-class Numerics:
-    """What a kernel declares about its arithmetic; it sets the bound's terms.
-
-    - ``accumulate``: the working precision of max/exp/sum/division and of the P·V and
-      denominator accumulation (default float32, what FlashAttention and the Triton tutorials
-      do). A kernel that accumulates in bf16 while declaring float32 fails, as it should.
-    - ``exp``: the exp's accuracy class: ``"fast"`` (default: Triton's ``tl.exp``, error growing
-      like |z|·u), ``"exp2"`` (ex2.approx with log2 e folded into the argument), ``"accurate"``
-      (libm / torch.exp, 2 ulp), ``"exact"`` (alias ``"correctly_rounded"``, 0.5 ulp), or a float:
-      that many ulps of the working precision.
-    - ``allow_tf32``: fp32 matmuls may round their operands to tf32 (u = 2^-11).
-    - ``p_dtype``: attention only: P is rounded to this dtype before P·V (FlashAttention rounds
-      it to the input dtype); None = P·V in the working precision.
-
-    >>> Numerics(accumulate="bf16", exp=3.0).describe()
-    'accumulate=bfloat16, exp=3 ulp, allow_tf32=False, p_dtype=None'
-    """
-
-    accumulate: str = "float32"
-    exp: str | float = "fast"
-    allow_tf32: bool = False
-    p_dtype: str | None = None
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "accumulate", resolve(self.accumulate).name)
-        if self.p_dtype is not None:
-            object.__setattr__(self, "p_dtype", resolve(self.p_dtype).name)
-        e = self.exp
-        if isinstance(e, str):
-            key = _EXP_ALIASES.get(e.strip().lower(), e.strip().lower())
-            if key not in EXP_CLASSES:
-                raise ValueError(
-                    f"exp={e!r} is not an exp accuracy class; use one of "
-                    f"{', '.join(EXP_CLASSES)}, 'correctly_rounded', or a number of ulps "
-                    "such as exp=4.0"
-                )
-            object.__setattr__(self, "exp", key)
-        elif isinstance(e, (int, float)) and not isinstance(e, bool) and e >= 0.5:
-            object.__setattr__(self, "exp", float(e))
-        else:
-            raise ValueError(f"exp={e!r} must be a class name or a number of ulps >= 0.5, "
-                             "e.g. exp='accurate' or exp=3.0")
-
-    @property
-    def working(self) -> FloatFormat:
-        return resolve(self.accumulate)
-
-    def exp_model(self) -> tuple[float, float, float, float]:
-        """(arg coefficient, exp |z| coefficient, exp constant, division), in units of u."""
-        if isinstance(self.exp, float):
-            return 1.0, 0.0, 2.0 * self.exp, 2.0
-        a, c, b, div, _ = EXP_CLASSES[self.exp]
-        return a, c, b, div
-
-    def describe(self) -> str:
-        """The declared numerics as one line, for reports and failure messages."""
-        if isinstance(self.exp, float):
-            exp = f"{self.exp:g} ulp"
-        else:
-            exp = f"{self.exp} ({EXP_CLASSES[self.exp][4]})"
-        return (f"accumulate={self.accumulate}, exp={exp}, allow_tf32={self.allow_tf32}, "
-                f"p_dtype={self.p_dtype}")
-
-
-@dataclasses.dataclass
-class Bound:
-    """The allowed absolute error per element, and its named terms (which sum to ``abs``).
-
-    ``exact`` is the float64 exact value the bound was computed at (when the bound computed it),
-    so ``compare(actual, bound.exact, bound)`` needs no second oracle call.
-    """
-
-    abs: np.ndarray
-    terms: dict[str, np.ndarray]
-    numerics: Numerics
-    what: str
-    exact: np.ndarray | None = None
-
-    def __post_init__(self) -> None:
-        self.abs = np.asarray(self.abs, dtype=np.float64)
-
-    def at(self, index: tuple[int, ...]) -> dict[str, float]:
-        """The terms at one element, as floats (broadcast where a term is per row)."""
-        return {k: float(np.broadcast_to(t, self.abs.shape)[index]) for k, t in self.terms.items()}
-
-    def describe(self, index: tuple[int, ...] | None = None) -> str:
-        """``bound 2.3e-07 = exp 1.2e-07 + sum 8.0e-08 + ...`` at ``index`` (default: the max)."""
-        if index is None:
-            index = tuple(int(i) for i in np.unravel_index(int(np.argmax(self.abs)),
-                                                           self.abs.shape))
-        total = float(self.abs[index])
-        parts = [f"{k} {v:.2g}" for k, v in self.at(index).items() if v > 0 and v >= 1e-3 * total]
-        return f"bound {total:.3g}" + (" = " + " + ".join(parts) if parts else "")
-
 
 def gamma(k: Any, u: float) -> np.ndarray:
     """Higham's γ_k = k·u / (1 - k·u), continued as 2·k·u where k·u >= 1/2 (no guarantee).
@@ -281,12 +174,11 @@ def _softmax_rel(x: Any, numerics: Numerics, exact: Any) -> dict[str, Any]:
     m = np.where(live, xf, -np.inf).max(axis=-1, keepdims=True)
     m0 = np.where(np.isfinite(m), m, 0.0)
     az = np.where(live, m0 - np.where(live, xf, 0.0), 0.0)  # |z| = m - x >= 0
-    if exact is None:
-        with np.errstate(under="ignore"):
-            e = np.where(live, np.exp(-az), 0.0)
-        s = e.sum(axis=-1, keepdims=True)
-        y = e / np.where(s > 0, s, 1.0)
-        lse = np.where(s > 0, m0 + np.log(np.where(s > 0, s, 1.0)), -np.inf)
+    if exact is None:  # the exact answer comes from the oracle, whatever the caller passes
+        with np.errstate(all="ignore"):
+            y_all, lse_all = oracle.softmax_and_logsumexp(x)
+        y = np.where(live, y_all, 0.0)
+        lse = np.where(live.any(axis=-1, keepdims=True), lse_all[..., None], -np.inf)
     else:
         y = np.where(live, np.asarray(exact, dtype=np.float64), 0.0)
         lse = None
@@ -439,8 +331,6 @@ def attention_bound(
     >>> bo.abs.shape, bl.abs.shape
     ((1, 1, 1, 4), (1, 1, 1))
     """
-    from onlinesm.oracle import visible_keys  # lazily: keep this module numpy-only at import
-
     q, k, v = np.asarray(q), np.asarray(k), np.asarray(v)
     for name, t in (("q", q), ("k", k), ("v", v)):
         if t.ndim != 4:
@@ -480,9 +370,11 @@ def attention_bound(
     p = e / np.where(ell > 0, ell, 1.0)
     vfin = np.isfinite(vf)
     vabs = np.where(vfin, np.abs(vf), 0.0)
-    o = np.einsum("bhqk,bhkd->bhqd", p, np.where(vfin, vf, 0.0))
-    if exact is not None:
-        o = np.asarray(exact[0], dtype=np.float64)
+    if exact is None:  # the exact answer comes from the oracle
+        with np.errstate(all="ignore"):
+            exact = oracle.attention(q, k, v, mask=mask, causal=causal, scale=scale,
+                                     causal_align=causal_align)
+    o = np.asarray(exact[0], dtype=np.float64)
     oabs = np.where(np.isfinite(o), np.abs(o), 0.0)
     v1 = np.einsum("bhqk,bhkd->bhqd", p, vabs)  # Σ_j p_j |v_j|
     n_vis = vis.sum(axis=-1)[..., None]  # [B, H, Sq, 1]
@@ -537,9 +429,7 @@ def attention_bound(
 
     # lse = m + log ℓ: absolute perturbations
     m_ = m0[..., 0]
-    lse = np.where(live, m_ + np.log(np.where(ell[..., 0] > 0, ell[..., 0], 1.0)), -np.inf)
-    if exact is not None:
-        lse = np.asarray(exact[1], dtype=np.float64)
+    lse = np.asarray(exact[1], dtype=np.float64)
     log_l = np.where(live, np.log(np.where(ell[..., 0] > 0, ell[..., 0], 1.0)), 0.0)
     lt: dict[str, np.ndarray] = {
         "scores": (pbar["dot"] + pbar["scale"])[..., 0],

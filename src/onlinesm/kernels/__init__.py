@@ -14,6 +14,10 @@ mode first, then touch a kernel:
 ``use_interpreter(True)`` forces the interpreter (CPU tensors), ``use_interpreter(False)`` the
 compiled path (CUDA tensors). Asking for the other mode after a kernel module was imported is an
 error: Triton has already decorated its kernels in the first mode.
+
+``pinned_configs()`` (or ``ONLINESM_PIN_CONFIGS=1``) makes the launchers use a fixed
+configuration table instead of autotuning: property checks turn it on, so that each new
+shape does not compile and benchmark every tile candidate (see ``kernels/pinning.py``).
 """
 
 from __future__ import annotations
@@ -23,7 +27,17 @@ import os
 import sys
 from typing import Any
 
-__all__ = ["use_interpreter", "interpreting", "softmax", "attention"]
+from onlinesm.kernels.pinning import PIN_ENV, configs_pinned, pinned_configs
+
+__all__ = [
+    "use_interpreter",
+    "interpreting",
+    "softmax",
+    "attention",
+    "PIN_ENV",
+    "configs_pinned",
+    "pinned_configs",
+]
 
 _ENV = "TRITON_INTERPRET"
 #: The kernel modules and the public function each one provides.

@@ -5,7 +5,7 @@ return_lse=False)`` computes ``softmax(q @ k^T * scale + mask) @ v`` one query t
 streaming over key/value tiles and never writing the [Sq, Sk] score matrix to memory.
 
 Why: it is onlinesm's own attention kernel, the one the property suite and the report run on,
-so it follows DESIGN.md section 3 to the letter: q ``[B, H, Sq, D]``, k and v ``[B, Hkv, Sk, D]``
+so it follows docs/conventions.md to the letter: q ``[B, H, Sq, D]``, k and v ``[B, Hkv, Sk, D]``
 (grouped-query: Hkv divides H, query head h reads kv head ``h // (H // Hkv)``), bf16 / fp16 /
 fp32, head dims 16..256 (non-powers of two are padded in-kernel with masked loads), any Sq and
 Sk, causal top-left (SDPA: key j visible to query i iff ``j <= i``) or bottom-right
@@ -32,7 +32,13 @@ vs tensor cores), both inside the same error bound.
 Speed (compiled): exp2 with log2(e) folded into the scale, causal tiles past the diagonal
 skipped by the loop bounds, an unmasked hot loop (masking only on the diagonal / ragged tail),
 cp.async-pipelined K/V tiles feeding wgmma, autotuned tiles (``ONLINESM_ATTENTION_CONFIG=
-"BLOCK_M,BLOCK_N,stages,warps"`` pins one). No TMA or warp specialisation (see the H200 report).
+"BLOCK_M,BLOCK_N,stages,warps"`` pins one; ``onlinesm.kernels.pinned_configs()`` uses the
+``PINNED_CONFIGS`` table instead, as property checks do).
+
+Compilations: each distinct constexpr combination is one compilation, and the per-shape
+integers (sizes, strides) are declared in ``do_not_specialize`` (``ATTN_DO_NOT_SPECIALIZE``),
+so a check over many shapes compiles once per dtype x head dim x causal x mask case, not once
+per shape. No TMA or warp specialisation (see the H200 report).
 
 Example:
     >>> import torch
@@ -54,6 +60,8 @@ import torch
 import triton
 import triton.language as tl
 
+from onlinesm.kernels.pinning import configs_pinned
+
 __all__ = [
     "attention",
     "EXP",
@@ -69,6 +77,9 @@ __all__ = [
     "INTERPRET_CONFIG",
     "INTERPRETED",
     "CONFIG_ENV",
+    "PINNED_CONFIGS",
+    "ATTN_DO_NOT_SPECIALIZE",
+    "launch_config",
 ]
 
 #: The exp's accuracy class: ``tl.math.exp2`` (hardware ex2.approx on the GPU).
@@ -230,7 +241,26 @@ def _kv_loop(
     return acc, l_i, m_i
 
 
-@triton.jit
+#: The integer arguments of ``_attn_fwd`` that Triton must not specialise on (``== 1`` or
+#: ``% 16 == 0``). Each specialisation value is a separate compilation, and these change with
+#: every shape (sizes, batch/head/row strides, the autotuning buckets), so a property check
+#: feeding many shapes would compile once per combination. The divisibility of the Q/K/V/O
+#: strides, which the vectorised 16-byte loads and stores need, comes back through the one
+#: constexpr ``ALIGNED`` instead (two variants at most, not one per combination). ``D`` (one
+#: value per head dim, and it bounds the vectorised axis) and ``stride_mn`` (0 or 1: whether
+#: the mask loads are contiguous) stay specialised.
+ATTN_DO_NOT_SPECIALIZE: tuple[str, ...] = (
+    "stride_qb", "stride_qh", "stride_qm",
+    "stride_kb", "stride_kh", "stride_kn",
+    "stride_vb", "stride_vh", "stride_vn",
+    "stride_mb", "stride_mh", "stride_mm",
+    "stride_ob", "stride_oh", "stride_om",
+    "H", "GROUP", "Sq", "Sk", "causal_offset",
+    "SEQ_BUCKET", "BH_BUCKET",
+)
+
+
+@triton.jit(do_not_specialize=ATTN_DO_NOT_SPECIALIZE)
 def _attn_fwd(
     Q, K, V, Mask, Out, Lse,
     stride_qb, stride_qh, stride_qm,
@@ -240,6 +270,7 @@ def _attn_fwd(
     stride_ob, stride_oh, stride_om,
     H, GROUP, Sq, Sk, D, causal_offset,
     qk_scale,
+    return_lse,  # runtime flag, not a constexpr: one compilation serves both answers
     SEQ_BUCKET,  # autotuning key only: the next power of two of max(Sq, Sk)
     BH_BUCKET,  # autotuning key only: the next power of two of B * H (how many programs)
     BLOCK_M: tl.constexpr,
@@ -249,11 +280,28 @@ def _attn_fwd(
     HAS_MASK: tl.constexpr,
     EVEN_D: tl.constexpr,
     SCALE_POSITIVE: tl.constexpr,
-    RETURN_LSE: tl.constexpr,
+    ALIGNED: tl.constexpr,  # every Q/K/V/O stride is a multiple of 16 elements
     INTERPRET: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
 ):
     """One program = one tile of BLOCK_M query rows of one (batch, head)."""
+    if ALIGNED:
+        # The strides are not specialised (ATTN_DO_NOT_SPECIALIZE), so the compiler no longer
+        # knows they are multiples of 16. Rebuild them as (s // 16) * 16 (equal to s, since the
+        # launcher checked s % 16 == 0): the product by 16 carries that divisibility into the
+        # pointer arithmetic, so tile rows stay 16-byte aligned and loads/stores vectorise.
+        stride_qb = stride_qb // 16 * 16
+        stride_qh = stride_qh // 16 * 16
+        stride_qm = stride_qm // 16 * 16
+        stride_kb = stride_kb // 16 * 16
+        stride_kh = stride_kh // 16 * 16
+        stride_kn = stride_kn // 16 * 16
+        stride_vb = stride_vb // 16 * 16
+        stride_vh = stride_vh // 16 * 16
+        stride_vn = stride_vn // 16 * 16
+        stride_ob = stride_ob // 16 * 16
+        stride_oh = stride_oh // 16 * 16
+        stride_om = stride_om // 16 * 16
     pid_m = tl.program_id(0)
     if CAUSAL:
         # Under causal the last query tiles see the most keys: launch them first, so the
@@ -319,7 +367,7 @@ def _attn_fwd(
     o_ptrs = Out + b.to(tl.int64) * stride_ob + h.to(tl.int64) * stride_oh
     o_ptrs = o_ptrs + offs_m[:, None] * stride_om + offs_d[None, :]
     tl.store(o_ptrs, o.to(Out.dtype.element_ty), mask=q_ok)
-    if RETURN_LSE:
+    if return_lse:
         # lse = ln(sum exp(s)) = (m2 + log2(d)) * ln 2, with m2 the max in log2 units.
         lse = tl.where(empty, float("-inf"), (m_i + tl.math.log2(l_div)) * LN2)
         tl.store(Lse + pid_bh.to(tl.int64) * Sq + offs_m, lse, mask=offs_m < Sq)
@@ -383,7 +431,7 @@ _attn_fwd_tuned = triton.autotune(
         triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_stages=s, num_warps=w)
         for bm, bn, s, w in _CONFIGS
     ],
-    key=["SEQ_BUCKET", "BH_BUCKET", "BLOCK_D", "CAUSAL", "HAS_MASK", "EVEN_D", "RETURN_LSE"],
+    key=["SEQ_BUCKET", "BH_BUCKET", "BLOCK_D", "CAUSAL", "HAS_MASK", "EVEN_D", "ALIGNED"],
     prune_configs_by={"early_config_prune": _prune_configs},
     do_bench=_bench_quickly,
 )(_attn_fwd)
@@ -399,6 +447,21 @@ _attn_fwd_tuned = triton.autotune(
 CONFIG_ENV = "ONLINESM_ATTENTION_CONFIG"
 
 
+#: The tile configuration per BLOCK_D used instead of autotuning while configs are pinned
+#: (``onlinesm.kernels.pinned_configs()``, set during property checks): (BLOCK_M, BLOCK_N,
+#: num_stages, num_warps). Small tiles: check shapes are small, so they still cross several KV
+#: tiles, ragged tails and the causal diagonal; two stages keep the cp.async pipeline in the
+#: tested code; and one configuration per case means one compilation, not one per candidate.
+#: Each entry fits every dtype (``_fits``; 64 x 64 x 2 stages at D = 256 fp32 would not).
+PINNED_CONFIGS: dict[int, tuple[int, int, int, int]] = {
+    16: (64, 32, 2, 4),
+    32: (64, 32, 2, 4),
+    64: (64, 32, 2, 4),
+    128: (64, 32, 2, 4),
+    256: (64, 32, 2, 4),
+}
+
+
 def _fixed_config() -> tuple[int, int, int, int] | None:
     """The tile config pinned through ``ONLINESM_ATTENTION_CONFIG``, if any."""
     text = os.environ.get(CONFIG_ENV, "").strip()
@@ -412,6 +475,23 @@ def _fixed_config() -> tuple[int, int, int, int] | None:
             f"use e.g. 128,64,3,8, or unset it to autotune"
         ) from None
     return bm, bn, stages, warps
+
+
+def launch_config(block_d: int, *, interpret: bool = INTERPRETED) -> tuple[int, int, int, int] | None:
+    """The (BLOCK_M, BLOCK_N, num_stages, num_warps) the launcher uses, or None to autotune.
+
+    In order: the interpreter's ``INTERPRET_CONFIG`` (stages and warps do not matter there);
+    ``ONLINESM_ATTENTION_CONFIG`` when set; ``PINNED_CONFIGS[block_d]`` while configs are
+    pinned (``onlinesm.kernels.pinned_configs()``); otherwise None: the autotuner picks.
+    """
+    if interpret:
+        return INTERPRET_CONFIG["BLOCK_M"], INTERPRET_CONFIG["BLOCK_N"], 1, 4
+    fixed = _fixed_config()
+    if fixed is not None:
+        return fixed
+    if configs_pinned():
+        return PINNED_CONFIGS[block_d]
+    return None
 
 
 def _check_inputs(
@@ -553,35 +633,40 @@ def attention(
 
     block_d = max(16, triton.next_power_of_2(D))
     causal_offset = (Sk - Sq) if (causal and causal_align == "bottom-right") else 0
+    strides = (
+        q.stride(0), q.stride(1), q.stride(2),
+        k.stride(0), k.stride(1), k.stride(2),
+        v.stride(0), v.stride(1), v.stride(2),
+        *mask_strides,
+        out.stride(0), out.stride(1), out.stride(2),
+    )
+    # The constexprs: each distinct combination is one compilation (see ATTN_DO_NOT_SPECIALIZE).
     common: dict[str, Any] = dict(
         BLOCK_D=block_d,
         CAUSAL=bool(causal),
         HAS_MASK=mask is not None,
         EVEN_D=block_d == D,
         SCALE_POSITIVE=scale >= 0,
-        RETURN_LSE=bool(return_lse),
+        ALIGNED=all(s % 16 == 0 for s in strides[:9] + strides[13:]),  # Q/K/V/O, not the mask
         INTERPRET=interpret,
         DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
     )
     args = (
         q, k, v, mask_t, out, lse,
-        q.stride(0), q.stride(1), q.stride(2),
-        k.stride(0), k.stride(1), k.stride(2),
-        v.stride(0), v.stride(1), v.stride(2),
-        *mask_strides,
-        out.stride(0), out.stride(1), out.stride(2),
+        *strides,
         H, H // Hkv, Sq, Sk, D, causal_offset,
         scale * LOG2E,
+        bool(return_lse),
         triton.next_power_of_2(max(Sq, Sk)),
         triton.next_power_of_2(B * H),
     )
-    fixed = _fixed_config()
+    config = launch_config(block_d, interpret=interpret)
     if interpret:
         cfg = INTERPRET_CONFIG
         grid = (triton.cdiv(Sq, cfg["BLOCK_M"]), B * H)
         _attn_fwd[grid](*args, **cfg, **common)
-    elif fixed is not None:
-        bm, bn, stages, warps = fixed
+    elif config is not None:
+        bm, bn, stages, warps = config
         with torch.cuda.device(q.device):
             _attn_fwd[(triton.cdiv(Sq, bm), B * H)](
                 *args, BLOCK_M=bm, BLOCK_N=bn, num_stages=stages, num_warps=warps, **common

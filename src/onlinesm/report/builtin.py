@@ -52,8 +52,9 @@ class ReportKernel:
 
     ``max_len`` (softmax rows) and ``max_seq`` (attention Sq and Sk) cap the shapes it is
     given: the Triton interpreter is slow, so interpreted kernels get smaller shapes (the
-    report says so). ``p_input=True`` means P is rounded to
-    the input dtype, resolved per dtype when the bound is computed (``p_input=True``).
+    report says so). ``p_input=True`` (kept for callers) is the same as declaring
+    ``Numerics(p_dtype="input")``: P rounded to the input dtype, resolved per dtype by
+    :meth:`~onlinesm.declarations.Numerics.for_dtype`.
     """
 
     name: str
@@ -67,10 +68,14 @@ class ReportKernel:
     note: str = ""
     p_input: bool = False  # P rounded to the input dtype (resolved per dtype)
 
+    def __post_init__(self) -> None:
+        if self.p_input:  # declared as a value: Numerics.for_dtype resolves it per dtype
+            num = dataclasses.replace(self.conventions.numerics, p_dtype="input")
+            self.conventions = dataclasses.replace(self.conventions, numerics=num)
+
     def numerics(self, dtype: str) -> Numerics:
-        """The declared numerics for inputs of ``dtype`` (``p_input`` resolved)."""
-        num = self.conventions.numerics
-        return dataclasses.replace(num, p_dtype=dtype) if self.p_input else num
+        """The declared numerics for inputs of ``dtype`` (``p_dtype="input"`` resolved)."""
+        return self.conventions.numerics.for_dtype(dtype)
 
     def describe(self) -> dict[str, Any]:
         """JSON-ready declaration (schema ``kernels[]``)."""
@@ -83,8 +88,7 @@ class ReportKernel:
             "causal_align": c.causal_align,
             "lse_base": c.lse_base,
             "empty_lse": "inf" if c.empty_lse > 0 else "-inf",
-            "numerics": {**dataclasses.asdict(c.numerics),
-                         **({"p_dtype": "input"} if self.p_input else {})},
+            "numerics": c.numerics.to_dict(),
             "max_len": self.max_len,
             "max_seq": self.max_seq,
             "note": self.note,
@@ -236,20 +240,19 @@ def builtin_kernels(op: str, *, device: str, include_triton: bool = True,
 
         num = Numerics(accumulate=at_mod.ACCUMULATE, exp=at_mod.EXP,
                        allow_tf32=bool(at_mod.ALLOW_TF32),
-                       p_dtype=None if at_mod.P_DTYPE == "input" else at_mod.P_DTYPE)
+                       p_dtype=at_mod.P_DTYPE)
         kernels.append(ReportKernel(
             "triton", op, triton_attention,
             Conventions(fully_masked=at_mod.FULLY_MASKED, lse_base=at_mod.LSE_BASE, numerics=num),
             target=f"{_HERE}:triton_attention",
             max_seq=interpreted_max_seq if interpreted else None,
-            p_input=at_mod.P_DTYPE == "input",
             note=(f"Triton interpreter, Sq and Sk <= {interpreted_max_seq}" if interpreted
                   else "compiled Triton") + f"; P rounded to {at_mod.P_DTYPE}"))
     kernels.append(ReportKernel(
         "torch.sdpa", op, sdpa_math,
         Conventions(fully_masked="zeros",
-                    numerics=Numerics(accumulate="float32", exp="accurate")),
-        target=f"{_HERE}:sdpa_math", p_input=True,
+                    numerics=Numerics(accumulate="float32", exp="accurate", p_dtype="input")),
+        target=f"{_HERE}:sdpa_math",
         note="SDPA math backend: P rounded to the input dtype; zeros for a fully masked query"))
     return kernels
 

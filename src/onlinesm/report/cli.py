@@ -56,8 +56,6 @@ def add_parser(subparsers: Any) -> None:
                    help="the op of the TARGETs; without TARGET, only this op's built-ins")
     p.add_argument("--out", default="onlinesm-report", metavar="DIR",
                    help="the report folder, replaced atomically [onlinesm-report]")
-    p.add_argument("--device", choices=["cpu", "cuda"], help="default: cuda when available")
-    p.add_argument("--dtypes", type=_csv, default=["float32", "bfloat16", "float16"])
     p.add_argument("--seeds", type=int, help="seeds per case [2; --thorough 6]")
     p.add_argument("--seed", type=int, default=0, help="base seed [0]")
     p.add_argument("--thorough", action="store_true",
@@ -74,18 +72,10 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--no-fa3", action="store_true", help="skip FlashAttention-3's error table")
     p.add_argument("--no-plots", action="store_true")
     p.add_argument("--fa3-seq", type=int, help="sequence length of the FA3 table [cpu 128, cuda 2048]")
-    # the conventions a TARGET declares, as for `onlinesm check`
-    p.add_argument("--backend", choices=["torch", "numpy"], help="what the TARGET takes [torch]")
-    p.add_argument("--fully-masked", choices=["zeros", "nan", "any"], default="zeros")
-    p.add_argument("--causal-align", choices=["top-left", "bottom-right"], default="top-left")
-    p.add_argument("--lse-base", choices=["e", "2"], default="e")
-    p.add_argument("--empty-lse", choices=["-inf", "inf"], default="-inf")
-    p.add_argument("--accumulate", default="float32", help="the TARGET's accumulation dtype [float32]")
-    p.add_argument("--exp", type=_exp_class, default="fast",
-                   help="exp accuracy class: fast (tl.exp), exp2, accurate, exact, or ulps [fast]")
-    p.add_argument("--allow-tf32", action="store_true")
-    p.add_argument("--p-dtype", default="input",
-                   help="attention: dtype P is rounded to before P·V, 'input' or 'none' [input]")
+    # the conventions a TARGET declares, and where it runs: the same options as `onlinesm check`
+    from onlinesm.options import add_options
+
+    add_options(p, "report")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
 
 
@@ -99,7 +89,7 @@ def _settings(args: argparse.Namespace, device: str) -> Any:
     from onlinesm.report.collect import THOROUGH_LENGTHS, THOROUGH_SEQS, Settings
     from onlinesm.strategies import ATTENTION_FAMILIES, SOFTMAX_FAMILIES
 
-    dtypes = tuple(resolve(d).name for d in args.dtypes)
+    dtypes = tuple(resolve(d).name for d in (args.opt_dtypes or ["float32", "bfloat16", "float16"]))
     if not dtypes:
         raise ValueError("--dtypes is empty; give at least one of float32,bfloat16,float16")
     for fam in args.families or []:
@@ -137,43 +127,34 @@ def _settings(args: argparse.Namespace, device: str) -> Any:
 
 
 def _user_kernels(args: argparse.Namespace) -> list[Any]:
-    from onlinesm.properties import Conventions
+    from onlinesm.declarations import split_keywords
+    from onlinesm.options import keywords
     from onlinesm.report.builtin import user_kernel
     from onlinesm.targets import load_target
-    from onlinesm.tolerance import Numerics
 
-    from onlinesm.dtypes import resolve
-
-    p_dtype = None if args.p_dtype == "none" else args.p_dtype
-    p_input = p_dtype == "input" and args.op == "attention"
-    if p_dtype is not None and p_dtype != "input":
-        p_dtype = resolve(p_dtype).name
-    num = Numerics(accumulate=resolve(args.accumulate).name, exp=args.exp,
-                   allow_tf32=args.allow_tf32,
-                   p_dtype=p_dtype if (args.op == "attention" and not p_input) else None)
-    num.exp_model()  # a clear error for a bad exp class, now rather than mid-run
-    conv = Conventions(fully_masked=args.fully_masked, causal_align=args.causal_align,
-                       lse_base=args.lse_base, empty_lse=float(args.empty_lse), numerics=num)
-    return [user_kernel(t, load_target(t), args.op, conv, backend=args.backend, p_input=p_input)
-            for t in args.targets]
+    kw = keywords(args, "report")
+    for key in ("device", "backend", "dtypes"):  # where it runs and what is generated
+        kw.pop(key, None)
+    if args.op == "attention":
+        kw.setdefault("p_dtype", "input")
+    conv, _, _ = split_keywords(kw)
+    conv.numerics.exp_model()  # a clear error for a bad exp class, now rather than mid-run
+    return [user_kernel(t, load_target(t), args.op, conv, backend=args.opt_backend) for t in args.targets]
 
 
-def _smoke(rk: Any, device: str) -> None:
-    """Call a user kernel on the simplest input; ValueError when nothing could be tested."""
-    import numpy as np
-
-    from onlinesm.harness import AttentionInputs, Kernel, KernelError
+def _smoke(rk: Any, device: str, dtypes: tuple[str, ...]) -> None:
+    """The check's first call (the simplest input inside the domain); ValueError when nothing
+    could be tested."""
+    from onlinesm.declarations import Domain
+    from onlinesm.engine import first_call
+    from onlinesm.errors import UsageError
+    from onlinesm.harness import Kernel
 
     kernel = Kernel(rk.fn, op=rk.op, backend=rk.backend, device=device, name=rk.name)
     try:
-        if rk.op == "softmax":
-            kernel.softmax(np.array([[0.0, 1.0, 2.0, 3.0]], np.float32))
-        else:
-            rng = np.random.default_rng(0)
-            q, k, v = (rng.standard_normal((1, 1, 4, 16)).astype(np.float32) for _ in range(3))
-            kernel.attention(AttentionInputs(q, k, v))
-    except KernelError as err:
-        raise ValueError(f"nothing could be tested: {err}") from None
+        first_call(kernel, rk.op, Domain(dtypes=dtypes))
+    except UsageError as err:
+        raise ValueError(str(err)) from None
 
 
 def _select_device(requested: str | None) -> str:
@@ -209,12 +190,12 @@ def run(args: argparse.Namespace) -> int:
     except OSError as err:
         return _error(f"cannot write the report to {out}: {err.strerror or err}; choose another --out DIR")
     try:
-        device = _select_device(args.device)
+        device = _select_device(args.opt_device)
         settings = _settings(args, device)
         if args.targets:
             kernels = _user_kernels(args)
             for rk in kernels:
-                _smoke(rk, device)
+                _smoke(rk, device, settings.dtypes)
         else:
             ops = [args.op] if args.op else ["softmax", "attention"]
             kernels = [k for op in ops for k in builtin_kernels(

@@ -38,9 +38,9 @@ from typing import Any, Iterable
 import numpy as np
 
 from onlinesm.harness import AttentionInputs, Kernel, KernelError
-from onlinesm.metrics import bound_use, ulp_error
+from onlinesm.metrics import ulp_error
+from onlinesm.properties import regular_rows
 from onlinesm.report.builtin import ReportKernel
-from onlinesm.tolerance import attention_bound, softmax_bound
 
 __all__ = ["Settings", "CaseResult", "Collection", "collect", "Progress", "DEFAULT_LENGTHS",
            "THOROUGH_LENGTHS", "DEFAULT_SEQS", "THOROUGH_SEQS"]
@@ -230,43 +230,33 @@ def _attention_inputs(settings: Settings, dtype: str, family: str) -> list[tuple
 def _softmax_case(kernel: Kernel, rk: ReportKernel, dtype: str, family: str, length: int,
                   seed: int, x: np.ndarray, exact: np.ndarray, coll: Collection,
                   bounds: dict[Any, Any], rng: np.random.Generator) -> CaseResult:
+    """One call, aggregated from the property measures: accuracy and the special-row
+    conventions (fully masked, nonfinite), exactly as ``onlinesm check`` decides them."""
+    from onlinesm.properties import measure_softmax_accuracy, measure_softmax_special_rows
+
     res = CaseResult(rk.name, "softmax", dtype, family, length, seed, inputs=x)
     try:
         y = kernel.softmax(x)
     except KernelError as err:
         res.error = str(err)
         return res
-    x64 = x.astype(np.float64)
-    y64 = y.astype(np.float64)
-    empty = np.isneginf(x64).all(axis=-1)
-    special = (np.isnan(x64) | np.isposinf(x64)).any(axis=-1)
-    regular = ~empty & ~special
-    fm = rk.conventions.fully_masked
-    if empty.any() and fm != "any":
-        got = y64[empty]
-        res.convention_ok = bool(np.all(got == 0) if fm == "zeros" else np.all(np.isnan(got)))
-    if special.any():  # NaN / +inf rows must give NaN (oracle convention)
-        res.convention_ok &= bool(np.all(np.isnan(y64[special])))
-    if not regular.any():
+    conv = rk.conventions.for_dtype(dtype)
+    res.convention_ok = measure_softmax_special_rows(kernel, x, conv, y=y).ok
+    acc = measure_softmax_accuracy(kernel, x, conv, y=y, exact=exact)
+    if acc.allowed is None:
         return res
-    num = rk.numerics(dtype)
-    key = (id(x), num)
-    if key not in bounds:
-        bounds[key] = softmax_bound(x[regular], out_dtype=dtype, numerics=num,
-                                    exact=exact[regular])
-    b = bounds[key]
-    ex = exact[regular]
-    got = y64[regular]
+    regular = regular_rows(x)
+    ex, got = acc.exact, acc.actual
     with np.errstate(all="ignore"):
         ulps = ulp_error(got, ex, dtype)
-        use = bound_use(got, ex, b.abs)
+        use = acc.bound_use
         err2 = np.where(np.isfinite(got), (got - ex) ** 2, np.inf)
     res.elements = int(ulps.size)
     res.failed = int((use > 1).sum())
     res.max_ulp = float(ulps.max())
     res.max_bound_use = float(use.max())
     res.rmse = float(np.sqrt(err2.mean()))
-    spreads = _spread(x64[regular])
+    spreads = _spread(x.astype(np.float64)[regular])
     row_ulp, row_use = ulps.max(axis=-1), use.max(axis=-1)
     for i in range(row_ulp.size):
         coll.points.append(dict(kernel=rk.name, op="softmax", dtype=dtype, family=family,
@@ -278,58 +268,36 @@ def _softmax_case(kernel: Kernel, rk: ReportKernel, dtype: str, family: str, len
     return res
 
 
-def _lse_natural(lse: np.ndarray, rk: ReportKernel) -> np.ndarray:
-    out = lse.astype(np.float64)
-    if rk.conventions.lse_base == "2":
-        out = out * np.log(2.0)
-    if rk.conventions.empty_lse > 0:
-        out = np.where(np.isposinf(out), -np.inf, out)
-    return out
-
-
 def _attention_case(kernel: Kernel, rk: ReportKernel, dtype: str, family: str, seq: int,
                     seed: int, inp: AttentionInputs, exact: Any, coll: Collection,
                     rng: np.random.Generator) -> CaseResult:
-    from onlinesm.oracle import visible_keys
+    """One call, aggregated from the property measures (accuracy of o and lse, the
+    fully-masked convention), exactly as ``onlinesm check`` decides them."""
+    from onlinesm.properties import measure_attention_accuracy, measure_attention_fully_masked
 
     sq, sk = inp.q.shape[2], inp.k.shape[2]
     res = CaseResult(rk.name, "attention", dtype, family, sk, seed, seq_q=sq, inputs=inp)
     try:
-        o, lse = kernel.attention(inp)
+        out = kernel.attention(inp)
     except KernelError as err:
         res.error = str(err)
         return res
-    conv = rk.conventions
-    num = rk.numerics(dtype)
-    b, h = inp.q.shape[:2]
-    live = visible_keys((b, h, sq, sk), mask=inp.mask, causal=inp.causal,
-                        causal_align=conv.causal_align).any(axis=-1)
-    o64 = o.astype(np.float64)
-    if (~live).any() and conv.fully_masked != "any":
-        got = o64[~live]
-        ok = bool(np.all(got == 0) if conv.fully_masked == "zeros" else np.all(np.isnan(got)))
-        if ok and lse is not None and conv.fully_masked == "zeros":
-            ok = bool(np.all(_lse_natural(lse, rk)[~live] == -np.inf))
-        res.convention_ok = ok
-    if not live.any():
+    conv = rk.conventions.for_dtype(dtype)
+    res.convention_ok = measure_attention_fully_masked(kernel, inp, conv, out=out).ok
+    o, lse = out
+    n_o = int(np.count_nonzero(_live(inp, conv))) * inp.q.shape[-1]
+    if n_o == 0:
         return res
-    bo, bl = attention_bound(inp.q, inp.k, inp.v, mask=inp.mask, causal=inp.causal,
-                             scale=inp.scale, causal_align=conv.causal_align, out_dtype=dtype,
-                             numerics=num, exact=exact)
-    ex = bo.exact[live]
-    got = o64[live]
+    acc = measure_attention_accuracy(kernel, inp, conv, out=out, exact=exact)
+    got, ex = acc.actual[:n_o], acc.exact[:n_o]
     with np.errstate(all="ignore"):
+        use_all = acc.bound_use
         ulps = ulp_error(got, ex, dtype)
-        use = bound_use(got, ex, bo.abs[live])
         err2 = np.where(np.isfinite(got), (got - ex) ** 2, np.inf)
-        if lse is not None:
-            lse_use = bound_use(_lse_natural(lse, rk)[live], bl.exact[live], bl.abs[live])
-        else:
-            lse_use = np.zeros(1)
     res.elements = int(ulps.size)
-    res.failed = int((use > 1).sum() + (lse_use > 1).sum())
+    res.failed = int((use_all > 1).sum())
     res.max_ulp = float(ulps.max())
-    res.max_bound_use = float(max(use.max(), lse_use.max()))
+    res.max_bound_use = float(max(use_all[:n_o].max(), use_all[n_o:].max(initial=0.0)))
     res.rmse = float(np.sqrt(err2.mean()))
     coll.points.append(dict(kernel=rk.name, op="attention", dtype=dtype, family=family,
                             length=sk, seq_q=sq, spread=0.0, max_ulp=res.max_ulp,
@@ -338,6 +306,13 @@ def _attention_case(kernel: Kernel, rk: ReportKernel, dtype: str, family: str, s
     coll.ulps.setdefault((rk.name, "attention", dtype), []).append(sample)
     coll.family_ulps.setdefault((rk.name, "attention", dtype, family), []).append(sample)
     return res
+
+
+def _live(inp: AttentionInputs, conv: Any) -> np.ndarray:
+    from onlinesm.oracle import visible_keys
+
+    return visible_keys(inp.q.shape[:3] + (inp.k.shape[2],), mask=inp.mask, causal=inp.causal,
+                        causal_align=conv.causal_align).any(axis=-1)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -478,7 +453,7 @@ def _counterexamples(coll: Collection, harness: dict[int, Kernel], progress: Pro
                                         c.max_bound_use))
         rk = by_name[case.kernel]
         kernel = harness[id(rk)]
-        conv = dataclasses.replace(rk.conventions, numerics=rk.numerics(case.dtype))
+        conv = rk.conventions.for_dtype(case.dtype)
         prop = "fully_masked" if (case.error is None and not case.convention_ok) else "accuracy"
         progress.say(f"minimising the counterexample: {case.op} {case.kernel} {case.dtype} "
                      f"{case.family} ({prop})")

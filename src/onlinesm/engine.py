@@ -1,0 +1,524 @@
+"""The check driver: one engine behind ``check_softmax``, ``check_attention``, the CLI and pytest.
+
+The flow (docs/INTERNALS.md): a strategy draws an adversarial input inside the declared
+:class:`~onlinesm.declarations.Domain`; the harness calls the kernel under the contract; each
+property measures against the oracle under the tolerance model
+(:class:`~onlinesm.declarations.Numerics`) and the declared
+:class:`~onlinesm.declarations.Conventions`. Hypothesis drives one ``@given`` per (property,
+dtype), so every falsified property is reported; a failure is reduced and saved
+(:mod:`onlinesm.failures`) for ``onlinesm replay``.
+
+What the engine promises, beyond the properties:
+
+- the first call is the simplest input *inside* the domain (its first dtype, a declared head
+  dim, lengths in range, no mask when masks are not supported); if it fails, nothing can be
+  tested and :class:`~onlinesm.errors.UsageError` says so in one line;
+- a declared refusal (``Domain.unsupported``) rejects the input, as Hypothesis's ``reject()``
+  does: counted per property and family, never a failure; a property that nothing reached, or
+  that cannot be tested inside the domain, is ``n/a`` with the reason; when every property is
+  n/a, nothing could be tested (UsageError);
+- a contract breach met in several properties is reported once; a hang ends the run;
+- when a convention property fails, the failing input is re-run under the other conventions,
+  and one that holds is named ("the output matches causal_align='top-left'").
+
+Example:
+    >>> from onlinesm.declarations import Conventions, Domain, RunOptions
+    >>> result = run_check(my_softmax, "softmax", Conventions(fully_masked="nan"), Domain(),
+    ...                    RunOptions(seed=0))                                  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import time
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import numpy as np
+from hypothesis import HealthCheck, Verbosity, example, given, reject, settings
+from hypothesis import seed as hypothesis_seed
+from hypothesis.database import DirectoryBasedExampleDatabase
+from hypothesis.errors import Unsatisfiable
+
+from onlinesm.declarations import PROFILES, Conventions, Domain, RunOptions
+from onlinesm.dtypes import resolve
+from onlinesm.errors import UsageError
+from onlinesm.failures import shrink_and_save
+from onlinesm.harness import AttentionInputs, Kernel, KernelError, accepts_keyword
+from onlinesm.properties import ATTENTION_PROPERTIES, SOFTMAX_PROPERTIES, PropertyFailure, Untested
+from onlinesm.results import CheckResult, Failure, PropertyOutcome
+
+__all__ = ["run_check", "simplest_input", "first_call", "STATE_DIR"]
+
+#: Settings profiles, derived from Hypothesis's defaults rather than from whatever profile the
+#: user's test run loaded, so a seeded onlinesm run draws the same examples everywhere.
+for _name, _n in PROFILES.items():
+    settings.register_profile(_name, parent=settings.get_profile("default"), max_examples=_n,
+                              deadline=None)
+
+#: onlinesm's own state: Hypothesis's example database per kernel, failures, logs.
+STATE_DIR = Path(".onlinesm")
+
+#: Contract breaches that still leave a kernel testable: reported by the properties, not exit 2.
+_TESTABLE = ("modified_input", "dtype", "device")
+
+#: Properties that a domain can rule out, with the reason (attention).
+_NEEDS: dict[str, Callable[[Domain, Conventions], str | None]] = {
+    "masked_invisible": lambda d, c: None if d.allow_mask else "needs masks; the kernel takes none",
+    "causal_mask": lambda d, c: (None if d.allow_mask and d.allow_causal else
+                                 "needs causal=True and an explicit mask; the kernel lacks "
+                                 + ("masks" if d.allow_causal else "a causal mode")),
+    "split_merge": lambda d, c: ("needs Sk split in two; the kernel needs Sq == Sk" if d.same_seq
+                                 else None),
+    "fully_masked": lambda d, c: (None if d.allow_mask or (
+        d.allow_causal and c.causal_align == "bottom-right" and not d.same_seq)
+        else "needs a query with no visible key: masks, or bottom-right causal with Sq > Sk"),
+}
+
+#: The conventions a failing input is re-run under, to name the one the kernel seems to use.
+_ALTERNATIVES: dict[str, tuple[Any, ...]] = {
+    "fully_masked": ("zeros", "nan", "uniform"), "causal_align": ("top-left", "bottom-right"),
+    "lse_base": ("e", "2"), "empty_lse": (-np.inf, np.inf),
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# The first call
+
+
+def simplest_input(op: str, domain: Domain) -> Any:
+    """The simplest input inside ``domain``: its first dtype, short lengths, no mask.
+
+    Softmax: one row ``[0, 1, 2, 3, ...]`` of ``max(4, min_len)`` columns (at most max_len).
+    Attention: B = H = 1, the smallest declared head dim, Sq = Sk = the smallest length the
+    domain allows (a multiple of ``seq_multiple``, at least 4 where allowed), no mask.
+
+    >>> simplest_input("softmax", Domain(dtypes=("bfloat16",))).dtype
+    dtype(bfloat16)
+    """
+    dtype = resolve(domain.dtypes[0]).numpy
+    if op == "softmax":
+        n = min(max(4, domain.min_len), domain.max_len)
+        return (np.arange(n) % 8).astype(np.float64).astype(dtype)[None, :]
+    step = domain.seq_multiple
+
+    def length(lo: int, hi: int) -> int:
+        n = max(lo, min(4, hi))
+        n = -(-n // step) * step  # round up to the multiple
+        if n > hi:
+            raise UsageError(f"the domain admits no sequence length: a multiple of {step} between "
+                             f"{lo} and {hi}; check --seq-multiple and the min/max lengths")
+        return n
+
+    sq = length(domain.min_seq_q, domain.max_seq_q)
+    sk = length(domain.min_seq_k, domain.max_seq_k)
+    if domain.same_seq:
+        sq = sk = max(sq, sk)
+    d = min(domain.head_dims)
+    rng = np.random.default_rng(0)
+    q, k, v = (rng.standard_normal((1, 1, s, d)).astype(dtype) for s in (sq, sk, sk))
+    return AttentionInputs(q, k, v)
+
+
+def first_call(kernel: Kernel, op: str, domain: Domain) -> None:
+    """Call the kernel on :func:`simplest_input`; UsageError when nothing could be tested."""
+    inp = simplest_input(op, domain)
+    what = (f"the simplest input ({resolve(domain.dtypes[0]).name}, "
+            + (f"shape {list(inp.shape)})" if op == "softmax" else
+               f"q, k, v of shape {list(inp.q.shape)}, {list(inp.k.shape)})"))
+    try:
+        out = kernel.softmax(inp) if op == "softmax" else kernel.attention(inp)[0]
+    except KernelError as err:
+        if err.kind in _TESTABLE or err.kind == "refused":
+            return  # it runs (the properties report the breach) or refuses: both testable
+        raise UsageError(f"nothing could be tested: {err}") from None
+    if not np.all(np.isfinite(out.astype(np.float64))):
+        raise UsageError(f"nothing could be tested: {kernel.name} returned non-finite values for "
+                         f"{what}")
+
+
+def _check_keywords(fn: Callable[..., Any], domain: Domain) -> None:
+    """A kernel whose signature lacks a keyword the declared domain uses: say which flag fits."""
+    for keyword, allowed, flag, api in (("mask", domain.allow_mask, "--no-mask", "allow_mask=False"),
+                                        ("causal", domain.allow_causal, "--no-causal",
+                                         "allow_causal=False")):
+        if allowed and accepts_keyword(fn, keyword) is False:
+            name = getattr(fn, "__name__", repr(fn))
+            raise UsageError(f"{name} takes no {keyword!r} keyword, but the domain includes "
+                             f"{keyword}s; declare it with {flag} ({api} in the API)")
+
+
+# ---------------------------------------------------------------------------------------------
+# Inputs: strategies and the explicit examples every property sees first
+
+
+def _strategy(op: str, dtype: str, domain: Domain) -> Any:
+    from onlinesm import strategies
+
+    if op == "softmax":
+        return strategies.softmax_cases(dtype=dtype, min_len=domain.min_len, max_len=domain.max_len,
+                                        max_rows=domain.max_rows, families=domain.families,
+                                        allow_nonfinite=domain.allow_nonfinite)
+    return strategies.attention_inputs(
+        dtype=dtype, max_batch=domain.max_batch, max_heads=domain.max_heads,
+        max_seq_q=domain.max_seq_q, max_seq_k=domain.max_seq_k, head_dims=domain.head_dims,
+        families=domain.families, allow_mask=domain.allow_mask, allow_causal=domain.allow_causal,
+        allow_gqa=domain.allow_gqa, same_seq=domain.same_seq)
+
+
+def _explicit(op: str, dtype: str, domain: Domain) -> list[Any]:
+    """Explicit inputs holding every family, so that each property sees every family whatever
+    Hypothesis draws (its draws depend on the code it has loaded: a seed cannot promise it)."""
+    from onlinesm import strategies
+
+    if op == "softmax":
+        if hasattr(strategies, "explicit_softmax_batches"):
+            return strategies.explicit_softmax_batches(dtype, domain)
+        return _softmax_batches(dtype, domain)
+    if hasattr(strategies, "explicit_attention_cases"):
+        return strategies.explicit_attention_cases(dtype, domain)
+    return _attention_cases(dtype, domain)
+
+
+def _softmax_batches(dtype: str, domain: Domain) -> list[Any]:
+    from onlinesm.strategies import DEFAULT_FAMILIES, SoftmaxCase, generate_row
+
+    names = list(domain.families) if domain.families is not None else list(DEFAULT_FAMILIES) + (
+        ["nonfinite"] if domain.allow_nonfinite else [])
+    rng = np.random.default_rng(0)
+    cases = []
+    for length in sorted({int(np.clip(n, domain.min_len, domain.max_len)) for n in (130, 1000)}):
+        rows = [generate_row(f, length, dtype, rng, scale=1.0 if f == "gaussian" else None)
+                for f in names]
+        cases.append(SoftmaxCase(x=np.stack(rows), families=tuple(names), dtype=dtype))
+    return cases
+
+
+def _attention_cases(dtype: str, domain: Domain) -> list[Any]:
+    from onlinesm.strategies import ATTENTION_FAMILIES, generate_attention
+
+    names = list(domain.families) if domain.families is not None else list(ATTENTION_FAMILIES)
+    rng = np.random.default_rng(0)
+    cases = []
+    for fam in names:
+        if (fam == "gqa" and (not domain.allow_gqa or domain.max_heads < 2)) or (
+                fam == "decode" and domain.same_seq):
+            continue
+        sq = 1 if fam == "decode" else min(domain.max_seq_q, 20)
+        sk = 1 if fam == "one_key" else min(domain.max_seq_k, 80)
+        if domain.same_seq:
+            sq = sk = min(sq, sk) if fam != "one_key" else 1
+        if fam == "masked_leading_tiles" and sk < 65:
+            continue
+        try:
+            heads = (4 if domain.max_heads >= 4 else 2) if fam == "gqa" else 1
+            case = generate_attention(fam, dtype, rng, batch=2 if fam == "key_padding" else 1,
+                                      heads=heads, kv_heads=heads // 2 if fam == "gqa" else None,
+                                      seq_q=sq, seq_k=sk, head_dim=int(domain.head_dims[-1]),
+                                      masked=None if fam in ("key_padding", "masked_leading_tiles")
+                                      else False)
+        except ValueError:
+            continue
+        if (case.mask is not None and not domain.allow_mask) or (case.causal and not domain.allow_causal):
+            continue
+        cases.append(case)
+    return cases
+
+
+def _inside(case: Any, op: str, domain: Domain) -> bool:
+    """Whether a generated case lies inside the declared domain (the generators promise it;
+    this guard keeps a case that a newer generator rule lets through from reaching the kernel)."""
+    if op == "softmax":
+        return domain.min_len <= case.x.shape[-1] <= domain.max_len
+    sq, sk, d = case.q.shape[2], case.k.shape[2], case.q.shape[3]
+    m = domain.seq_multiple
+    return (d in domain.head_dims and domain.min_seq_q <= sq <= domain.max_seq_q
+            and domain.min_seq_k <= sk <= domain.max_seq_k and sq % m == 0 and sk % m == 0
+            and (sq == sk or not domain.same_seq) and (case.mask is None or domain.allow_mask)
+            and (not case.causal or domain.allow_causal))
+
+
+def _unpack(op: str) -> Callable[[Any], Any]:
+    if op == "softmax":
+        return lambda case: case.x
+    return lambda case: AttentionInputs(q=case.q, k=case.k, v=case.v, mask=case.mask,
+                                        causal=bool(case.causal), scale=case.scale)
+
+
+def _family_of(case: Any, row: int | None = None) -> str:
+    fams = getattr(case, "families", None)
+    if fams:
+        if row is not None and row < len(fams):
+            return str(fams[row])
+        return str(fams[0]) if len(set(fams)) == 1 else ""
+    return str(getattr(case, "family", "") or "")
+
+
+# ---------------------------------------------------------------------------------------------
+# One Hypothesis run
+
+
+class _Stop(BaseException):
+    """Ends a Hypothesis run at once (a BaseException, so Hypothesis neither catches nor
+    shrinks it): the kernel hung, or it refused every input so far."""
+
+
+@dataclasses.dataclass
+class _Tally:
+    """What one property's run saw, besides the verdict."""
+
+    examples: int = 0
+    rejected: int = 0
+    untested: int = 0
+    rejected_by_family: dict[str, int] = dataclasses.field(default_factory=dict)
+    case: Any = None
+    error: BaseException | None = None
+    unsatisfiable: bool = False
+    untested_reason: str = ""
+    refusal: str = ""  # the first declared refusal seen, as the kernel said it
+
+
+def _run_given(strategy: Any, body: Callable[[Any], None], *, examples: Sequence[Any],
+               options: RunOptions, database: Path | None) -> _Tally:
+    """Run Hypothesis over ``strategy`` (explicit examples first); the tally of what it saw."""
+    tally = _Tally()
+    give_up = max(20, 2 * (options.max_examples or PROFILES[options.profile]))
+
+    def test(case: Any) -> None:
+        tally.examples += 1
+        try:
+            body(case)
+        except Untested as err:
+            tally.untested += 1
+            tally.untested_reason = tally.untested_reason or str(err)
+        except KernelError as err:
+            if err.kind == "refused":
+                tally.rejected += 1
+                tally.refusal = tally.refusal or str(err).split(": ", 1)[-1]
+                fam = _family_of(case)
+                tally.rejected_by_family[fam] = tally.rejected_by_family.get(fam, 0) + 1
+                if tally.rejected >= give_up and tally.rejected == tally.examples:
+                    tally.unsatisfiable = True
+                    raise _Stop() from err
+                reject()
+            tally.case, tally.error = case, err
+            if err.kind == "hung":
+                raise _Stop() from err
+            raise
+        except PropertyFailure as err:
+            tally.case, tally.error = case, err
+            raise
+
+    opts: dict[str, Any] = dict(
+        deadline=None, verbosity=Verbosity.quiet, report_multiple_bugs=False, print_blob=False,
+        suppress_health_check=list(HealthCheck),
+        database=None if database is None else DirectoryBasedExampleDatabase(str(database)),
+    )
+    if options.max_examples is not None:
+        opts["max_examples"] = options.max_examples
+    if options.seed is not None:
+        opts["derandomize"] = False
+    for case in reversed(list(examples)):  # explicit examples run first, in order
+        test = example(case)(test)
+    wrapped = settings(settings.get_profile(options.profile), **opts)(given(strategy)(test))
+    if options.seed is not None:
+        wrapped = hypothesis_seed(options.seed)(wrapped)
+    try:
+        wrapped()
+    except (PropertyFailure, KernelError, _Stop):
+        pass
+    except Unsatisfiable:
+        tally.unsatisfiable = True
+    return tally
+
+
+# ---------------------------------------------------------------------------------------------
+# The run
+
+
+@dataclasses.dataclass
+class _RunState:
+    """What one check run has learnt so far, across properties and dtypes."""
+
+    breaches: dict[tuple[str, str], Failure] = dataclasses.field(default_factory=dict)
+    hung: str | None = None
+
+
+def _db_path(kernel: Kernel, op: str, prop: str, dtype: str) -> Path:
+    key = re.sub(r"[^A-Za-z0-9_.-]+", "_", f"{kernel.name}")[:80]
+    return STATE_DIR / "examples" / key / f"{op}-{prop}-{dtype}"
+
+
+def _selected(registry: dict[str, Any], options: RunOptions) -> tuple[list[str], dict[str, str]]:
+    names = list(registry) if options.properties is None else list(options.properties)
+    for n in names + list(options.skip):
+        if n not in registry:
+            raise UsageError(f"unknown property {n!r}; the properties are: {', '.join(registry)}")
+    return names, dict(options.skip)
+
+
+def _interpreter_suspect(err: BaseException | None, dtype: str, strict: bool) -> bool:
+    """A bf16 bound failure that Triton's interpreter may have caused by truncating fp32 -> bf16.
+
+    Only when the rounding patch could not be applied (a Triton version whose internals
+    changed) and every failing element misses its bound by at most one bf16 ulp toward zero.
+    """
+    from onlinesm import interpreter
+
+    if strict or dtype != "bfloat16" or not interpreter.interpreted() or interpreter.patch_works():
+        return False
+    m = getattr(err, "measurement", None)
+    if m is not None and m.allowed is not None:
+        return interpreter.interpreter_suspect(m.actual, m.exact, dtype, allowed=m.allowed)
+    cmp = getattr(err, "comparison", None)
+    if cmp is None:
+        return False
+    return interpreter.interpreter_suspect(cmp.worst_actual, cmp.worst_exact, dtype,
+                                           allowed=cmp.worst_bound)
+
+
+def _convention_hint(kernel: Kernel, prop: Callable[..., None], inp: Any, conv: Conventions) -> str:
+    """Re-run a failing input under the other conventions; name one under which it holds."""
+    for field, values in _ALTERNATIVES.items():
+        for value in values:
+            if value == getattr(conv, field) or kernel.hung is not None:
+                continue
+            try:
+                other = dataclasses.replace(conv, **{field: value})
+            except ValueError:
+                continue  # not a value this version knows
+            try:
+                prop(kernel, inp, other)
+            except (PropertyFailure, KernelError, Untested):
+                continue
+            shown = {np.inf: "inf", -np.inf: "-inf"}.get(value, value) if isinstance(value, float) else value
+            return (f"\n  The output matches {field}={shown!r}; declare it if that is intended "
+                    f"(--{field.replace('_', '-')} {shown}).")
+    return ""
+
+
+def _outcome(kernel: Kernel, op: str, prop_name: str, prop: Callable[..., None], dtype: str,
+             conv: Conventions, tally: _Tally, state: _RunState, options: RunOptions) -> PropertyOutcome:
+    """The verdict of one (property, dtype) run, its failure minimised and saved."""
+    tested = tally.examples - tally.rejected - tally.untested
+    out = PropertyOutcome(prop_name, dtype, "passed", max(tested, 0), rejected=tally.rejected,
+                          rejected_by_family=tally.rejected_by_family, untested=tally.untested)
+    err = tally.error
+    if tally.case is None:
+        if tally.unsatisfiable or tested <= 0:
+            out.status = "na"
+            out.reason = (f"the kernel refused every input: {tally.refusal}" if tally.rejected
+                          else f"no input had anything to test ({tally.untested_reason or 'none ran'})")
+        return out
+    out.status = "failed"
+    breach = err.breach if isinstance(err, KernelError) else None
+    unpack = _unpack(op)
+    inp = unpack(tally.case)
+    inputs = {"x": inp} if op == "softmax" else dataclasses.asdict(inp)
+    directory = STATE_DIR / "failures" if options.save_failures else None
+    if _interpreter_suspect(err, dtype, options.strict):
+        out.status = "suspect"
+        out.reason = ("within one bf16 ulp of the bound, as the interpreter's truncation of "
+                      "fp32 -> bf16 gives; run on a GPU or with --strict to fail it")
+        return out
+    if breach is not None and breach in state.breaches and breach[0] != "hung":
+        first = state.breaches[breach]
+        first.also.append(f"{prop_name} [{dtype}]")
+        out.reason = f"the same breach as {first.property} [{first.dtype}]"
+        return out
+    small, message, path = shrink_and_save(kernel, op, prop_name, conv, inputs, err, directory=directory)
+    if isinstance(err, KernelError) and err.kind == "hung":
+        state.hung = err.what or "an input"
+    state.hung = state.hung or kernel.hung  # a hang while minimising also ends the run
+    if breach is None and kernel.hung is None:
+        reduced = small["x"] if op == "softmax" else AttentionInputs(**small)
+        message += _convention_hint(kernel, prop, reduced, conv)
+    row = getattr(err, "worst_row", None)
+    family = _family_of(tally.case, row if op == "softmax" else None)
+    out.failure = Failure(prop_name, dtype, message, small, family, path, breach=breach)
+    if breach is not None:
+        state.breaches[breach] = out.failure
+    return out
+
+
+def run_check(fn: Callable[..., Any], op: str, conventions: Conventions, domain: Domain,
+              options: RunOptions, *, name: str | None = None, target: str | None = None,
+              raise_on_failure: bool = False,
+              progress: Callable[[str], None] | None = None) -> CheckResult:
+    """Run ``op``'s property suite on ``fn``: one Hypothesis run per (property, dtype).
+
+    Raises :class:`UsageError` when nothing could be tested (a bad option, an environment
+    that cannot run the request, a kernel failing on the simplest input, every property n/a),
+    and ``AssertionError`` with the report when ``raise_on_failure`` and a property failed.
+    """
+    if op not in ("softmax", "attention"):
+        raise UsageError(f"op={op!r} is not supported; use 'softmax' or 'attention'")
+    from onlinesm import compiles
+    from onlinesm.kernels.pinning import pinned_configs
+
+    # the built-in kernels use a fixed tile table instead of autotuning every new shape, and
+    # every Triton compilation of the run is counted (each new shape bucket may compile)
+    with pinned_configs(), compiles.counting() as counter:
+        result = _run(fn, op, conventions, domain, options, name=name, target=target,
+                      progress=progress)
+    result.compiles = {"count": counter.count, "seconds": round(counter.seconds, 2),
+                       "autotune_runs": counter.autotune_runs, "summary": counter.summary()}
+    if raise_on_failure and not result.passed:
+        raise AssertionError(result.report())
+    return result
+
+
+def _run(fn: Callable[..., Any], op: str, conventions: Conventions, domain: Domain,
+         options: RunOptions, *, name: str | None, target: str | None,
+         progress: Callable[[str], None] | None) -> CheckResult:
+    registry = SOFTMAX_PROPERTIES if op == "softmax" else ATTENTION_PROPERTIES
+    names, waive = _selected(registry, options)
+    if op == "attention":
+        _check_keywords(fn, domain)
+    kernel = Kernel(fn, op=op, backend=options.backend, device=options.device, name=name,
+                    target=target, deadline=options.deadline,
+                    compile_allowance=options.compile_allowance, refusals=domain.unsupported,
+                    domain=domain)
+    first_call(kernel, op, domain)
+    say = progress or (lambda _msg: None)
+    state = _RunState()
+    outcomes: list[PropertyOutcome] = []
+    unpack = _unpack(op)
+    for dtype in domain.dtypes:
+        conv = conventions.for_dtype(dtype)
+        strategy = _strategy(op, dtype, domain)
+        explicit = [c for c in _explicit(op, dtype, domain) if _inside(c, op, domain)]
+        for prop_name in names:
+            if prop_name in waive:
+                outcomes.append(PropertyOutcome(prop_name, dtype, "waived", reason=waive[prop_name]))
+                continue
+            if state.hung is not None:
+                outcomes.append(PropertyOutcome(prop_name, dtype, "not_run",
+                                                reason=f"kernel hung on {state.hung}"))
+                continue
+            needs = _NEEDS.get(prop_name) if op == "attention" else None
+            why = needs(domain, conv) if needs else None
+            if prop_name == "split_merge" and not kernel.accepts_return_lse:
+                why = "needs lse to merge two halves; the kernel returns o only"
+            if why:
+                outcomes.append(PropertyOutcome(prop_name, dtype, "na", reason=why))
+                say(f"{prop_name:<18} {dtype:<9} n/a ({why})")
+                continue
+            prop = registry[prop_name]
+            start = time.monotonic()
+            tally = _run_given(strategy, lambda c, p=prop: p(kernel, unpack(c), conv),
+                               examples=explicit, options=options,
+                               database=_db_path(kernel, op, prop_name, dtype) if options.database else None)
+            outcome = _outcome(kernel, op, prop_name, prop, dtype, conv, tally, state, options)
+            outcome.seconds = time.monotonic() - start
+            extra = f", {tally.rejected} rejected" if tally.rejected else ""
+            say(f"{prop_name:<18} {dtype:<9} {outcome.status:<7} {outcome.examples:>4} examples{extra} "
+                f"{outcome.seconds:6.1f}s")
+            outcomes.append(outcome)
+    described = {**conventions.to_dict(), "dtypes": list(domain.dtypes), "domain": domain.to_dict()}
+    result = CheckResult(op, kernel.name, described, outcomes, options.seed, kernel.device, hung=state.hung)
+    if result.nothing_tested:
+        reasons = sorted({o.reason for o in outcomes if o.status == "na"})
+        raise UsageError("nothing could be tested: every property is n/a (" + "; ".join(reasons) + ")")
+    return result
