@@ -224,6 +224,15 @@ def main() -> None:
            f"{', '.join(DEFAULT.attention_families)}; {DEFAULT.replicas} baseline replicas; "
            f"alpha = {DEFAULT.alpha:g} per run over 18 tests; minimum effect {DEFAULT.min_effect}x; "
            "declared numerics: float32 accumulation, fast exp, P rounded to the input dtype", "",
+           "The rule measured here: rmse = log RMSE of the kernel minus the mean log RMSE of "
+           "the baseline's replicas, per unit (zero mean for a correct kernel); tail = "
+           "the fraction of elements beyond the baseline's 99th percentile of scaled errors, "
+           "the percentile taken over the whole cell (units x elements x replicas), errors "
+           "scaled by the ulp of the exact answer (softmax) or by u·Σ p|v| (attention: "
+           "cancellation does not shrink it). An earlier rule took the tail threshold per unit "
+           "and in ulps of o: 330 of 1500 simulated correct attention runs failed, all in "
+           "huge_v_cancel float32 tail, because an attention query's elements share one "
+           "error, so a unit's p99 was the largest of 4 replica draws.", "",
            "## False alarms: simulated correct kernels", "",
            f"A run = one `Baseline.evaluate` of a simulated correct kernel (the baseline simulator "
            f"with its own random stream) on all 3 dtypes x 3 families x 2 metrics. "
