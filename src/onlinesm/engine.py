@@ -390,6 +390,14 @@ def _statistical(kernel: Kernel, old: Kernel | None, op: str, dtype: str, conv: 
             state.tables.append(f"regression [{dtype}]: {kernel.name} (new) vs {old.name} (old)\n"
                                 + table if table else "")
             out.append(outcome)
+        last = out[-1]
+        breach = last.failure.breach if last.failure is not None else None
+        if breach is not None and breach in state.breaches:  # reported once, as elsewhere
+            first = state.breaches[breach]
+            first.also.append(f"{prop} [{dtype}]")
+            last.failure, last.reason = None, f"the same breach as {first.property} [{first.dtype}]"
+        elif breach is not None:
+            state.breaches[breach] = last.failure  # type: ignore[assignment]
         state.hung = state.hung or kernel.hung or (old.hung if old is not None else None)
     return out
 
