@@ -140,6 +140,11 @@ def statistical_outcome(kernel: Kernel, op: str, dtype: str, conventions: Conven
     return out
 
 
+def _short(name: str) -> str:
+    """A target's function name (``path/to/file.py:attention_v2`` -> ``attention_v2``)."""
+    return name.rsplit(":", 1)[-1]
+
+
 def regression_outcome(kernel: Kernel, old: Kernel, op: str, dtype: str, domain: Domain,
                        options: RunOptions) -> tuple[PropertyOutcome, str]:
     """``regression`` on one dtype: NEW (``kernel``) vs OLD on the statistical sample.
@@ -156,7 +161,7 @@ def regression_outcome(kernel: Kernel, old: Kernel, op: str, dtype: str, domain:
         res = compare_kernels(numpy_face(kernel, op), numpy_face(old, op), op=op,
                               dtypes=(dtype,), settings=fitted,
                               factor=options.regression_factor, confidence=confidence,
-                              names=(kernel.name, old.name))
+                              names=(_short(kernel.name), _short(old.name)))
     except KernelError as err:
         return _error_outcome(prop, dtype, err, time.monotonic() - start), ""
     out = PropertyOutcome(prop, dtype, "passed" if res.ok else "failed", len(res.rows),
