@@ -19,7 +19,7 @@ from onlinesm.tolerance import (
     Numerics,
     abs_error,
     attention_bound,
-    baseline_check,
+    same_dtype_baseline_check,
     bound_use,
     compare,
     logsumexp_bound,
@@ -407,11 +407,11 @@ def test_numerics_validation_and_describe() -> None:
     assert "tl.exp" in Numerics().describe()
 
 
-def test_baseline_check() -> None:
+def test_same_dtype_baseline_check() -> None:
     exact = np.linspace(-1, 1, 101)
     baseline = (exact + 1e-3).astype(np.float32)
-    assert baseline_check((exact + 2e-3).astype(np.float32), exact, baseline).ok
-    c = baseline_check((exact + 5e-3).astype(np.float32), exact, baseline)
+    assert same_dtype_baseline_check((exact + 2e-3).astype(np.float32), exact, baseline).ok
+    c = same_dtype_baseline_check((exact + 5e-3).astype(np.float32), exact, baseline)
     assert not c.ok and "baseline" in c.terms_at_worst
     assert "2 × the baseline" in c.message()
 

@@ -68,6 +68,7 @@ def check(fn: Callable[..., Any] | None, op: str, *, conventions: Conventions | 
     Raises ``AssertionError`` with the full report when a property is falsified (unless
     ``raise_on_failure=False``), and :class:`UsageError` when nothing could be tested.
     """
+    old, old_name = _baseline_kernel(keywords.pop("baseline", None), op, keywords)
     fn, keywords = _adapted(fn, op, target, keywords)
     if op == "attention" and conventions is None and not any(
             k in keywords for k in ("numerics", "p_dtype")):
@@ -80,7 +81,28 @@ def check(fn: Callable[..., Any] | None, op: str, *, conventions: Conventions | 
     except ValueError as err:
         raise UsageError(str(err)) from None
     return run_check(fn, op, conv, dom, opts, name=name, target=target,
-                     raise_on_failure=raise_on_failure, progress=progress)
+                     raise_on_failure=raise_on_failure, progress=progress, baseline=old,
+                     baseline_name=old_name)
+
+
+def _baseline_kernel(baseline: Any, op: str, keywords: dict[str, Any]
+                     ) -> tuple[Callable[..., Any] | None, str | None]:
+    """Regression mode's older kernel: a callable or a target string, in the same calling
+    convention as the kernel under test."""
+    if baseline is None:
+        return None, None
+    name = baseline if isinstance(baseline, str) else getattr(baseline, "__name__", "baseline")
+    if isinstance(baseline, str):
+        from onlinesm.targets import TargetError, load_target
+
+        try:
+            baseline = load_target(baseline)
+        except TargetError as err:
+            raise UsageError(f"baseline={name!r}: {err}") from None
+    if not callable(baseline):
+        raise UsageError(f"baseline={baseline!r} is not a kernel; pass the older kernel or its "
+                         "target, e.g. baseline='old_kernels.py:softmax'")
+    return _adapted(baseline, op, None, dict(keywords))[0], name
 
 
 #: Keywords that choose how the kernel is called (:mod:`onlinesm.adapters`), not what it declares.
@@ -142,7 +164,11 @@ def check_softmax(fn: Callable[..., Any], **keywords: Any) -> CheckResult:
     - run: ``profile`` ("quick", "ci", "thorough"), ``max_examples``, ``seed``, ``device``,
       ``backend``, ``deadline`` (seconds a call may take: 30 on a GPU, 120 on the CPU),
       ``compile_allowance``, ``strict``, ``properties``, ``skip={"property": "reason"}``,
-      ``database``, ``save_failures``;
+      ``database``, ``save_failures``, ``statistical`` (False: no ``accuracy_statistical``),
+      ``regression_factor``;
+    - ``baseline``: an older kernel (or its target string): adds the ``regression``
+      property, which fails when this kernel's RMSE is ``regression_factor`` (1.25) times
+      the old one's with confidence;
     - ``name``, ``target``, ``raise_on_failure``, ``progress``; or whole records:
       ``conventions=``, ``domain=``, ``options=``.
 

@@ -374,7 +374,10 @@ class RunOptions:
     ``deadline`` is the seconds one kernel call may take (None: from the device),
     ``compile_allowance`` the extra seconds of the first call of a compiled variant; ``strict``
     fails one-ulp bf16 misses that Triton's interpreter may cause; ``skip`` maps a property to
-    the reason it is waived.
+    the reason it is waived. ``statistical`` runs ``accuracy_statistical`` (the typical error
+    against a simulated correct kernel, :mod:`onlinesm.statistical_check`) once per dtype;
+    ``regression_factor`` is the RMSE ratio new/old that fails ``regression`` (with
+    ``baseline=``) once its lower confidence bound exceeds it.
 
     >>> RunOptions(profile="ci").profile
     'onlinesm-ci'
@@ -392,6 +395,8 @@ class RunOptions:
     skip: dict[str, str] = dataclasses.field(default_factory=dict)
     database: bool = True
     save_failures: bool = True
+    statistical: bool = True
+    regression_factor: float = 1.25
 
     def __post_init__(self) -> None:
         name = self.profile if self.profile.startswith("onlinesm-") else f"onlinesm-{self.profile}"
@@ -410,6 +415,9 @@ class RunOptions:
                 raise ValueError(f"{name}={value!r} must be a positive number of seconds")
         if self.device not in (None, "cpu", "cuda"):
             raise ValueError(f"device={self.device!r} is not supported; use 'cpu' or 'cuda'")
+        if not (isinstance(self.regression_factor, (int, float)) and self.regression_factor >= 1):
+            raise ValueError(f"regression_factor={self.regression_factor!r} must be a number >= 1 "
+                             "(the RMSE ratio new/old that fails), e.g. 1.25")
         if self.backend not in (None, "torch", "numpy"):
             raise ValueError(f"backend={self.backend!r} is not supported; use 'torch' or 'numpy'")
 

@@ -19,7 +19,11 @@ What the engine promises, beyond the properties:
   n/a, nothing could be tested (UsageError);
 - a contract breach met in several properties is reported once; a hang ends the run;
 - when a convention property fails, the failing input is re-run under the other conventions,
-  and one that holds is named ("the output matches causal_align='top-left'").
+  and one that holds is named ("the output matches causal_align='top-left'");
+- after the Hypothesis runs of a dtype, ``accuracy_statistical`` judges the kernel's typical
+  error on a fixed seeded sample (``RunOptions.statistical``), and with ``baseline=`` the
+  ``regression`` property compares it with an older kernel
+  (:mod:`onlinesm.statistical_check`).
 
 Example:
     >>> from onlinesm.declarations import Conventions, Domain, RunOptions
@@ -299,6 +303,7 @@ class _RunState:
 
     breaches: dict[tuple[str, str], Failure] = dataclasses.field(default_factory=dict)
     hung: str | None = None
+    tables: list[str] = dataclasses.field(default_factory=list)  # regression tables
 
 
 def _db_path(kernel: Kernel, op: str, prop: str, dtype: str) -> Path:
@@ -306,12 +311,51 @@ def _db_path(kernel: Kernel, op: str, prop: str, dtype: str) -> Path:
     return STATE_DIR / "examples" / key / f"{op}-{prop}-{dtype}"
 
 
+#: Properties the engine runs once per dtype on a fixed sample, after the Hypothesis runs.
+_STATISTICAL = ("accuracy_statistical", "regression")
+
+
 def _selected(registry: dict[str, Any], options: RunOptions) -> tuple[list[str], dict[str, str]]:
     names = list(registry) if options.properties is None else list(options.properties)
+    known = list(registry) + list(_STATISTICAL)
     for n in names + list(options.skip):
-        if n not in registry:
-            raise UsageError(f"unknown property {n!r}; the properties are: {', '.join(registry)}")
-    return names, dict(options.skip)
+        if n not in known:
+            raise UsageError(f"unknown property {n!r}; the properties are: {', '.join(known)}")
+    return [n for n in names if n in registry], dict(options.skip)
+
+
+def _statistical(kernel: Kernel, old: Kernel | None, op: str, dtype: str, conv: Conventions,
+                 domain: Domain, options: RunOptions, state: _RunState) -> list[PropertyOutcome]:
+    """``accuracy_statistical`` and (with a baseline kernel) ``regression`` on one dtype."""
+    from onlinesm.statistical_check import regression_outcome, statistical_outcome
+
+    wanted = {"accuracy_statistical": options.statistical, "regression": old is not None}
+    out: list[PropertyOutcome] = []
+    for prop in _STATISTICAL:
+        if not wanted[prop] or (options.properties is not None and prop not in options.properties):
+            continue
+        if prop in options.skip:
+            out.append(PropertyOutcome(prop, dtype, "waived", reason=options.skip[prop]))
+        elif state.hung is not None:
+            out.append(PropertyOutcome(prop, dtype, "not_run", reason=f"kernel hung on {state.hung}"))
+        elif prop == "accuracy_statistical":
+            out.append(statistical_outcome(kernel, op, dtype, conv, domain, options))
+        else:
+            assert old is not None
+            outcome, table = regression_outcome(kernel, old, op, dtype, domain, options)
+            state.tables.append(f"regression [{dtype}]: {kernel.name} (new) vs {old.name} (old)\n"
+                                + table if table else "")
+            out.append(outcome)
+        last = out[-1]
+        breach = last.failure.breach if last.failure is not None else None
+        if breach is not None and breach in state.breaches:  # reported once, as elsewhere
+            first = state.breaches[breach]
+            first.also.append(f"{prop} [{dtype}]")
+            last.failure, last.reason = None, f"the same breach as {first.property} [{first.dtype}]"
+        elif breach is not None:
+            state.breaches[breach] = last.failure  # type: ignore[assignment]
+        state.hung = state.hung or kernel.hung or (old.hung if old is not None else None)
+    return out
 
 
 def _interpreter_suspect(err: BaseException | None, dtype: str, strict: bool) -> bool:
@@ -401,8 +445,13 @@ def _outcome(kernel: Kernel, op: str, prop_name: str, prop: Callable[..., None],
 def run_check(fn: Callable[..., Any], op: str, conventions: Conventions, domain: Domain,
               options: RunOptions, *, name: str | None = None, target: str | None = None,
               raise_on_failure: bool = False,
-              progress: Callable[[str], None] | None = None) -> CheckResult:
+              progress: Callable[[str], None] | None = None,
+              baseline: Callable[..., Any] | None = None,
+              baseline_name: str | None = None) -> CheckResult:
     """Run ``op``'s property suite on ``fn``: one Hypothesis run per (property, dtype).
+
+    ``baseline``: an older kernel of the same op; adds the ``regression`` property (the RMSE
+    of ``fn`` against it on the statistical sample, :mod:`onlinesm.statistical_check`).
 
     Raises :class:`UsageError` when nothing could be tested (a bad option, an environment
     that cannot run the request, a kernel failing on the simplest input, every property n/a),
@@ -417,7 +466,7 @@ def run_check(fn: Callable[..., Any], op: str, conventions: Conventions, domain:
     # every Triton compilation of the run is counted (each new shape bucket may compile)
     with pinned_configs(), compiles.counting() as counter:
         result = _run(fn, op, conventions, domain, options, name=name, target=target,
-                      progress=progress)
+                      progress=progress, baseline=baseline, baseline_name=baseline_name)
     result.compiles = {"count": counter.count, "seconds": round(counter.seconds, 2),
                        "autotune_runs": counter.autotune_runs, "summary": counter.summary()}
     if raise_on_failure and not result.passed:
@@ -427,7 +476,8 @@ def run_check(fn: Callable[..., Any], op: str, conventions: Conventions, domain:
 
 def _run(fn: Callable[..., Any], op: str, conventions: Conventions, domain: Domain,
          options: RunOptions, *, name: str | None, target: str | None,
-         progress: Callable[[str], None] | None) -> CheckResult:
+         progress: Callable[[str], None] | None, baseline: Callable[..., Any] | None = None,
+         baseline_name: str | None = None) -> CheckResult:
     registry = SOFTMAX_PROPERTIES if op == "softmax" else ATTENTION_PROPERTIES
     names, waive = _selected(registry, options)
     if op == "attention":
@@ -437,6 +487,10 @@ def _run(fn: Callable[..., Any], op: str, conventions: Conventions, domain: Doma
                     compile_allowance=options.compile_allowance, refusals=domain.unsupported,
                     domain=domain)
     first_call(kernel, op, domain)
+    old = None if baseline is None else Kernel(
+        baseline, op=op, backend=options.backend, device=options.device,
+        name=baseline_name or getattr(baseline, "__name__", "baseline"), deadline=options.deadline,
+        compile_allowance=options.compile_allowance, refusals=domain.unsupported, domain=domain)
     say = progress or (lambda _msg: None)
     state = _RunState()
     outcomes: list[PropertyOutcome] = []
@@ -472,8 +526,12 @@ def _run(fn: Callable[..., Any], op: str, conventions: Conventions, domain: Doma
             say(f"{prop_name:<18} {dtype:<9} {outcome.status:<7} {outcome.examples:>4} examples{extra} "
                 f"{outcome.seconds:6.1f}s")
             outcomes.append(outcome)
+        for outcome in _statistical(kernel, old, op, dtype, conv, domain, options, state):
+            say(f"{outcome.property:<18} {dtype:<9} {outcome.status:<7} {outcome.seconds:6.1f}s")
+            outcomes.append(outcome)
     described = {**conventions.to_dict(), "dtypes": list(domain.dtypes), "domain": domain.to_dict()}
     result = CheckResult(op, kernel.name, described, outcomes, options.seed, kernel.device, hung=state.hung)
+    result.tables = [t for t in state.tables if t]
     if result.nothing_tested:
         reasons = sorted({o.reason for o in outcomes if o.status == "na"})
         raise UsageError("nothing could be tested: every property is n/a (" + "; ".join(reasons) + ")")

@@ -42,7 +42,7 @@ __all__ = [
     "bound_use",
     "Comparison",
     "compare",
-    "baseline_check",
+    "same_dtype_baseline_check",
     "format_row",
 ]
 
@@ -426,8 +426,8 @@ def compare(actual: Any, exact: Any, bound: Any, *, out_dtype: Any = None) -> Co
     )
 
 
-def baseline_check(actual: Any, exact: Any, baseline: Any, *, factor: float = 2.0,
-                   atol: float | None = None, out_dtype: Any = None) -> Comparison:
+def same_dtype_baseline_check(actual: Any, exact: Any, baseline: Any, *, factor: float = 2.0,
+                              atol: float | None = None, out_dtype: Any = None) -> Comparison:
     """FlashAttention's second opinion: max error <= factor × the baseline's max error + atol.
 
     ``baseline`` is a same-dtype implementation's output (for example torch's math attention
@@ -436,7 +436,7 @@ def baseline_check(actual: Any, exact: Any, baseline: Any, *, factor: float = 2.
     baseline passes this check: use it next to :func:`compare`, not instead of it.
 
     >>> e = np.array([0.3, 0.7]); b = e + 1e-3
-    >>> baseline_check(e + 1.5e-3, e, b).ok, baseline_check(e + 3e-3, e, b).ok
+    >>> same_dtype_baseline_check(e + 1.5e-3, e, b).ok, same_dtype_baseline_check(e + 3e-3, e, b).ok
     (True, False)
     """
     a = np.asarray(actual)

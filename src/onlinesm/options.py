@@ -129,6 +129,12 @@ OPTIONS: tuple[Option, ...] = (
            "compiled variant [cuda 240, cpu 0]", (_C,), parse=_seconds, metavar="SECONDS"),
     Option("--strict", "strict", "fail bf16 misses of one ulp that Triton's interpreter may cause",
            (_C,), kind="flag"),
+    Option("--no-statistical", "statistical", "skip accuracy_statistical (typical error vs a "
+           "simulated correct kernel, once per dtype)", (_C,), kind="flag", const=False),
+    Option("--baseline", "baseline", "regression mode: compare the kernel's RMSE with this older "
+           "kernel's (package.module:function or path/to/file.py:function)", (_C,), metavar="OLD_TARGET"),
+    Option("--regression-factor", "regression_factor", "with --baseline: fail when the RMSE ratio "
+           "new/old exceeds this with confidence [1.25]", (_C,), parse=float, metavar="F"),
     Option("--properties", "properties", "only these properties (comma-separated)", (_C,), parse=_csv),
     Option("--skip", "skip", "waive a property, with the reason shown", (_C,), kind="map",
            parse=_skip, metavar="PROPERTY=REASON"),

@@ -91,6 +91,8 @@ class CheckResult:
     hung: str | None = None
     #: Triton compilations the run caused: count, seconds, autotune_runs, summary
     compiles: dict[str, Any] | None = None
+    #: regression mode: the RMSE table new vs old per dtype (FlashAttention-3's layout)
+    tables: list[str] = dataclasses.field(default_factory=list)
 
     @property
     def passed(self) -> bool:
@@ -128,6 +130,8 @@ class CheckResult:
         if self.hung:
             verdict = f"FAILED (the kernel hung on {self.hung}; the run stopped there)"
         parts = [f"onlinesm check {self.op}: {self.kernel} on {self.device}: {verdict}", "", self.table()]
+        for t in self.tables:
+            parts += ["", t, ""]
         waived = {(o.property, o.reason) for o in self.outcomes if o.status == "waived"}
         for prop, reason in sorted(waived):
             parts.append(f"waived {prop}: {reason}")

@@ -97,7 +97,7 @@ from onlinesm.metrics import (
     Bound,
     Comparison,
     abs_error,
-    baseline_check,
+    same_dtype_baseline_check,
     bound_use,
     compare,
     rel_error,
@@ -119,7 +119,7 @@ __all__ = [
     # metrics from onlinesm.metrics
     "Comparison",
     "compare",
-    "baseline_check",
+    "same_dtype_baseline_check",
     "abs_error",
     "ulp_error",
     "rel_error",
