@@ -12,8 +12,10 @@ accumulation dtype), with two additions:
   (``a - 1``: the argument roundings a real kernel makes beyond the subtraction z = x - m,
   which the simulation performs itself). A GPU's fast exp errs deterministically, not
   randomly; the model only needs the right *size*, and a uniform draw of the worst-case size
-  has an RMS (s/√3) at or above what the measured fast exp does (DESIGN.md section 6: 62.7
+  has an RMS (s/√3) at or above what the measured fast exp does (measured on an H200: 62.7
   ulp at z = -87 where the class allows 114), so the simulated baseline errs on the large side;
+- the attention dot products (scores over D terms, P·V over a tile's keys) carry a random
+  rounding error of the size a sequential float32 FMA chain makes (:func:`dot_noise`);
 - attention's P is rounded to ``numerics.p_dtype`` before P·V (the denominator sums the
   unrounded P, as FlashAttention does); the output is rounded to the output dtype.
 
@@ -42,7 +44,7 @@ from onlinesm.dtypes import resolve
 from onlinesm.oracle import visible_keys
 from onlinesm.tolerance import Numerics
 
-__all__ = ["exp_size", "perturbed_exp", "simulate_softmax", "simulate_attention"]
+__all__ = ["dot_noise", "exp_size", "perturbed_exp", "simulate_softmax", "simulate_attention"]
 
 
 def exp_size(z: np.ndarray, numerics: Numerics) -> np.ndarray:
@@ -75,6 +77,25 @@ def _acc(x: np.ndarray, numerics: Numerics) -> np.dtype:
 
 def _safe_max(m: np.ndarray) -> np.ndarray:
     return np.where(np.isneginf(m), np.zeros_like(m), m)
+
+
+def dot_noise(terms_abs: np.ndarray, length: int, u: float,
+              rng: np.random.Generator | None) -> np.ndarray:
+    """A random rounding error for dot products of ``length`` terms accumulated one FMA at a time.
+
+    A GPU's float32 matmul without tensor cores (Triton's ``input_precision="ieee"``) adds the
+    terms in sequence: each of the ``length`` additions rounds, so the error is a sum of
+    ``length`` roundings of partial sums bounded by ``Σ|terms|`` (``terms_abs``). Modelled as
+    a normal draw of standard deviation ``u·sqrt(length/3)·Σ|terms|`` (independent roundings,
+    each uniform in ``±u``, at the largest partial sum): numpy's blocked sums err less, so this
+    errs on the large side, like the exp model.
+
+    >>> float(dot_noise(np.ones(1), 64, 2.0**-24, None)[0])
+    0.0
+    """
+    if rng is None:
+        return np.zeros_like(terms_abs)
+    return rng.standard_normal(terms_abs.shape) * (u * np.sqrt(length / 3.0)) * terms_abs
 
 
 def _sum(e: np.ndarray, acc: np.dtype) -> np.ndarray:
@@ -144,13 +165,17 @@ def simulate_attention(
     vx = np.repeat(v, h // hkv, axis=1).astype(dot)
     visible = visible_keys((b, h, sq, sk), mask=mask, causal=causal, causal_align=causal_align)
     sc = dot.type(1.0 / np.sqrt(dim) if scale is None else scale)
+    ud = float(np.finfo(dot).eps) / 2  # unit roundoff of the dot products' accumulation
     m = np.full((b, h, sq, 1), -np.inf, dtype=acc)
     d = np.zeros((b, h, sq, 1), dtype=acc)
     o = np.zeros((b, h, sq, dim), dtype=acc)
     qx = q.astype(dot)
     for start in range(0, sk, tile):
         kt, vt = kx[:, :, start : start + tile], vx[:, :, start : start + tile]
-        s = (np.einsum("bhqd,bhkd->bhqk", qx, kt) * sc).astype(acc)
+        s = np.einsum("bhqd,bhkd->bhqk", qx, kt)
+        if rng is not None:  # the score dot's rounding (D terms), as a GPU's FMA chain makes it
+            s = s + dot_noise(np.einsum("bhqd,bhkd->bhqk", np.abs(qx), np.abs(kt)), dim, ud, rng).astype(dot)
+        s = (s * sc).astype(acc)
         s = np.where(visible[..., start : start + tile], s, acc.type(-np.inf))
         m_new = np.maximum(m, s.max(axis=-1, keepdims=True))
         ref = _safe_max(m_new)
@@ -158,7 +183,11 @@ def simulate_attention(
         p = perturbed_exp((s - ref).astype(acc), acc, numerics, rng)
         d = ((d * alpha).astype(acc) + _sum(p, acc)).astype(acc)
         pp = p if pdt is None else p.astype(pdt)
-        pv = np.einsum("bhqk,bhkd->bhqd", pp.astype(dot), vt).astype(acc)
+        pv = np.einsum("bhqk,bhkd->bhqd", pp.astype(dot), vt)
+        if rng is not None:  # the P·V tile product's rounding (one term per key of the tile)
+            pv = pv + dot_noise(np.einsum("bhqk,bhkd->bhqd", np.abs(pp.astype(dot)), np.abs(vt)),
+                                kt.shape[2], ud, rng).astype(dot)
+        pv = pv.astype(acc)
         o = ((o * alpha).astype(acc) + pv).astype(acc)
         m = m_new
     out = q.dtype if out_dtype is None else resolve(out_dtype).numpy
