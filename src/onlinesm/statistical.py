@@ -337,10 +337,10 @@ def _log_ratio(num: np.ndarray, den: np.ndarray, scale: np.ndarray, dtype: str) 
 # The verdict
 
 
-def _markdown_table(header: list[str], rows: list[list[str]]) -> str:
-    """A markdown table: the header line, the separator, one line per row."""
-    def line(cells: list[str]) -> str:
-        return "| " + " | ".join(cells) + " |"
+def _markdown_table(header: list[str], rows: list[list[Any]]) -> str:
+    """A markdown table: the header line, the separator, one line per row (cells as str())."""
+    def line(cells: list[Any]) -> str:
+        return "| " + " | ".join(map(str, cells)) + " |"
     return "\n".join([line(header), "|" + "---|" * len(header), *map(line, rows)])
 
 
