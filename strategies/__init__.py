@@ -31,6 +31,7 @@ Every value drawn is exactly a value of the requested dtype (bf16 as ``ml_dtypes
 
 from __future__ import annotations
 
+from . import softmax as _softmax
 from ._validate import InvalidArgument
 from .attention import (
     ALL_HEAD_DIMS,
@@ -91,34 +92,14 @@ __all__ = [
     "arrays_of",
     "edge_values",
     # softmax
-    "softmax_rows",
-    "softmax_cases",
-    "SoftmaxCase",
-    "row_recipes",
+    *_softmax.__all__,
     "RowRecipe",
     "generate_row",
     "check_row",
     "SOFTMAX_FAMILIES",
     "DEFAULT_FAMILIES",
     "OPT_IN_FAMILIES",
-    "FAMILY_STRATEGIES",
     "SENTINEL",
-    "gaussian_rows",
-    "huge_max_rows",
-    "huge_spread_rows",
-    "below_sentinel_rows",
-    "masked_prefix_rows",
-    "masked_suffix_rows",
-    "masked_scattered_rows",
-    "fully_masked_rows",
-    "one_finite_rows",
-    "ties_rows",
-    "tied_rows",
-    "constant_rows",
-    "monotone_rows",
-    "tiny_diff_rows",
-    "subnormal_rows",
-    "nonfinite_rows",
     # attention
     "attention_inputs",
     "AttentionCase",

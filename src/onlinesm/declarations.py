@@ -58,8 +58,30 @@ FULLY_MASKED: tuple[str, ...] = ("zeros", "nan", "uniform", "any")
 NONFINITE: tuple[str, ...] = ("nan", "any")
 
 
+class _JsonRecord:
+    """JSON for a declaration record: :meth:`to_json` writes its ``to_dict()``, and
+    :meth:`_known_fields` reads JSON back, refusing names that are not fields."""
+
+    def to_dict(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def to_json(self) -> str:
+        """The record as a JSON object; ``from_json`` reads it back."""
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+    @classmethod
+    def _known_fields(cls, data: str | dict[str, Any]) -> dict[str, Any]:
+        """``data`` (JSON text or its parsed dict) as a dict of this record's fields."""
+        d = json.loads(data) if isinstance(data, str) else dict(data)
+        fields = {f.name for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+        extra = sorted(set(d) - fields)
+        if extra:
+            raise ValueError(f"{cls.__name__} fields {extra} are unknown; use only {sorted(fields)}")
+        return d
+
+
 @dataclasses.dataclass(frozen=True)
-class Numerics:
+class Numerics(_JsonRecord):
     """What a kernel declares about its arithmetic; it sets the bound's terms.
 
     - ``accumulate``: the working precision of max/exp/sum/division and of the P·V and
@@ -142,19 +164,14 @@ class Numerics:
         """The fields as JSON-ready values."""
         return dataclasses.asdict(self)
 
-    def to_json(self) -> str:
-        """``{"accumulate": ..., "exp": ..., "allow_tf32": ..., "p_dtype": ...}``."""
-        return json.dumps(self.to_dict(), sort_keys=True)
-
     @classmethod
     def from_json(cls, data: str | dict[str, Any]) -> "Numerics":
         """The inverse of :meth:`to_json` (also takes the parsed dict)."""
-        d = json.loads(data) if isinstance(data, str) else dict(data)
-        return cls(**_known("Numerics", cls, d))
+        return cls(**cls._known_fields(data))
 
 
 @dataclasses.dataclass(frozen=True)
-class Conventions:
+class Conventions(_JsonRecord):
     """What a kernel declares about itself; defaults in brackets.
 
     - ``fully_masked``: a row with no finite input / no visible key gives ``"zeros"`` (lse
@@ -220,15 +237,10 @@ class Conventions:
         d["numerics"] = self.numerics.to_dict()
         return d
 
-    def to_json(self) -> str:
-        """The declaration as a JSON object; :meth:`from_json` reads it back."""
-        return json.dumps(self.to_dict(), sort_keys=True)
-
     @classmethod
     def from_json(cls, data: str | dict[str, Any]) -> "Conventions":
         """The inverse of :meth:`to_json` (also takes the parsed dict)."""
-        d = json.loads(data) if isinstance(data, str) else dict(data)
-        d = _known("Conventions", cls, d)
+        d = cls._known_fields(data)
         if "empty_lse" in d:
             d["empty_lse"] = float(d["empty_lse"])
         if isinstance(d.get("numerics"), (dict, str)):
@@ -272,7 +284,7 @@ def _tuple(value: Any) -> tuple[Any, ...] | None:
 
 
 @dataclasses.dataclass(frozen=True)
-class Domain:
+class Domain(_JsonRecord):
     """The inputs a kernel supports: everything a check generates lies inside it.
 
     Softmax: ``min_len``..``max_len`` columns, up to ``max_rows`` rows. Attention: head dims
@@ -350,15 +362,10 @@ class Domain:
         d["unsupported"] = [list(r) for r in self.unsupported]
         return d
 
-    def to_json(self) -> str:
-        """The domain as a JSON object; :meth:`from_json` reads it back."""
-        return json.dumps(self.to_dict(), sort_keys=True)
-
     @classmethod
     def from_json(cls, data: str | dict[str, Any]) -> "Domain":
         """The inverse of :meth:`to_json` (also takes the parsed dict)."""
-        d = json.loads(data) if isinstance(data, str) else dict(data)
-        return cls(**_known("Domain", cls, d))
+        return cls(**cls._known_fields(data))
 
 
 #: The settings profiles (examples per property and dtype), prefixed so they never collide
@@ -467,11 +474,3 @@ def _dtype_name(name: str, value: Any) -> str:
     except (TypeError, ValueError, KeyError) as err:
         raise ValueError(f"{name}={value!r} is not a floating-point dtype; use float32, "
                          f"bfloat16, float16 or float64 ({err})") from None
-
-
-def _known(what: str, cls: type, d: dict[str, Any]) -> dict[str, Any]:
-    fields = {f.name for f in dataclasses.fields(cls)}
-    extra = sorted(set(d) - fields)
-    if extra:
-        raise ValueError(f"{what} fields {extra} are unknown; use only {sorted(fields)}")
-    return d

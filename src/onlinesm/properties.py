@@ -139,6 +139,13 @@ def _measured(raising: Callable[..., None], prop: str) -> Callable[..., Measurem
     return measure
 
 
+def _measures(properties: dict[str, Callable[..., None]], **measure_forms: Callable[..., Measurement]
+              ) -> dict[str, Callable[..., Measurement]]:
+    """name -> measure form of each property: ``measure_forms`` where given, else :func:`_measured`."""
+    return {name: measure_forms.get(name) or _measured(prop, name)
+            for name, prop in properties.items()}
+
+
 # ---------------------------------------------------------------------------------------------
 # Softmax
 
@@ -474,11 +481,8 @@ SOFTMAX_PROPERTIES: dict[str, Callable[[Kernel, np.ndarray, Conventions], None]]
 }
 
 #: name -> the non-raising form ``measure(kernel, x, conv) -> Measurement`` of each property.
-SOFTMAX_MEASURES: dict[str, Callable[..., Measurement]] = {
-    name: {"accuracy": measure_softmax_accuracy,
-           "fully_masked": measure_softmax_special_rows}.get(name) or _measured(prop, name)
-    for name, prop in SOFTMAX_PROPERTIES.items()
-}
+SOFTMAX_MEASURES: dict[str, Callable[..., Measurement]] = _measures(
+    SOFTMAX_PROPERTIES, accuracy=measure_softmax_accuracy, fully_masked=measure_softmax_special_rows)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -719,11 +723,9 @@ ATTENTION_PROPERTIES: dict[str, Callable[[Kernel, AttentionInputs, Conventions],
 }
 
 #: name -> the non-raising form ``measure(kernel, inp, conv) -> Measurement`` of each property.
-ATTENTION_MEASURES: dict[str, Callable[..., Measurement]] = {
-    name: {"accuracy": measure_attention_accuracy,
-           "fully_masked": measure_attention_fully_masked}.get(name) or _measured(prop, name)
-    for name, prop in ATTENTION_PROPERTIES.items()
-}
+ATTENTION_MEASURES: dict[str, Callable[..., Measurement]] = _measures(
+    ATTENTION_PROPERTIES, accuracy=measure_attention_accuracy,
+    fully_masked=measure_attention_fully_masked)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -42,6 +42,7 @@ import numpy as np
 
 from onlinesm.dtypes import resolve
 from onlinesm.oracle import visible_keys
+from onlinesm.reference import _divide, _safe_max, _sum
 from onlinesm.tolerance import Numerics
 
 __all__ = ["dot_noise", "exp_size", "perturbed_exp", "simulate_softmax", "simulate_attention"]
@@ -75,10 +76,6 @@ def _acc(x: np.ndarray, numerics: Numerics) -> np.dtype:
     return np.dtype(np.float64) if x.dtype == np.float64 else resolve(numerics.accumulate).numpy
 
 
-def _safe_max(m: np.ndarray) -> np.ndarray:
-    return np.where(np.isneginf(m), np.zeros_like(m), m)
-
-
 def dot_noise(terms_abs: np.ndarray, length: int, u: float,
               rng: np.random.Generator | None) -> np.ndarray:
     """A random rounding error for dot products of ``length`` terms accumulated one FMA at a time.
@@ -96,21 +93,6 @@ def dot_noise(terms_abs: np.ndarray, length: int, u: float,
     if rng is None:
         return np.zeros_like(terms_abs)
     return rng.standard_normal(terms_abs.shape) * (u * np.sqrt(length / 3.0)) * terms_abs
-
-
-def _sum(e: np.ndarray, acc: np.dtype) -> np.ndarray:
-    """Sum over the last axis, every addition rounded to ``acc`` (as reference._sum)."""
-    if acc.itemsize >= 4:
-        return np.sum(e.astype(acc), axis=-1, keepdims=True, dtype=acc)
-    total = np.zeros(e.shape[:-1] + (1,), dtype=acc)
-    for j in range(e.shape[-1]):
-        total = (total + e[..., j : j + 1]).astype(acc)
-    return total
-
-
-def _divide(e: np.ndarray, d: np.ndarray) -> np.ndarray:
-    with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(d == 0, np.zeros_like(e), e / np.where(d == 0, np.ones_like(d), d))
 
 
 def simulate_softmax(x: Any, *, numerics: Numerics = Numerics(), rng: np.random.Generator | None

@@ -337,6 +337,13 @@ def _log_ratio(num: np.ndarray, den: np.ndarray, scale: np.ndarray, dtype: str) 
 # The verdict
 
 
+def _markdown_table(header: list[str], rows: list[list[Any]]) -> str:
+    """A markdown table: the header line, the separator, one line per row (cells as str())."""
+    def line(cells: list[Any]) -> str:
+        return "| " + " | ".join(map(str, cells)) + " |"
+    return "\n".join([line(header), "|" + "---|" * len(header), *map(line, rows)])
+
+
 @dataclasses.dataclass
 class StatCell:
     """One test of the statistical verdict (a family x dtype x metric)."""
@@ -390,13 +397,12 @@ class StatisticalResult:
 
     def table(self) -> str:
         """A markdown table: one line per cell."""
-        lines = ["| family | dtype | metric | units | kernel | baseline | ratio | lower bound "
-                 "| fails above | verdict |", "|---|---|---|---|---|---|---|---|---|---|"]
-        for c in self.cells:
-            lines.append(f"| {c.family} | {c.dtype} | {c.metric} | {c.units} | {c.kernel:.3g} "
-                         f"| {c.baseline:.3g} | {c.ratio:.3g} | {c.lower:.3g} | "
-                         f"{c.threshold:.3g} | {'ok' if c.ok else 'FAIL'} |")
-        return "\n".join(lines)
+        return _markdown_table(
+            ["family", "dtype", "metric", "units", "kernel", "baseline", "ratio", "lower bound",
+             "fails above", "verdict"],
+            [[c.family, c.dtype, c.metric, c.units, f"{c.kernel:.3g}", f"{c.baseline:.3g}",
+              f"{c.ratio:.3g}", f"{c.lower:.3g}", f"{c.threshold:.3g}", "ok" if c.ok else "FAIL"]
+             for c in self.cells])
 
     def message(self) -> str:
         """The failure text (a summary line when every cell passed)."""
@@ -573,13 +579,12 @@ class RegressionResult:
 
     def table(self) -> str:
         """Markdown: FlashAttention-3's error table (RMSE vs exact) plus the ratio test."""
-        lines = [f"| family | dtype | exact rounded | {self.old} (old) | {self.new} (new) | "
-                 "new/old | lower bound | verdict |", "|---|---|---|---|---|---|---|---|"]
-        for r in self.rows:
-            lines.append(f"| {r.family} | {r.dtype} | {r.rmse_rounded:.3g} | {r.rmse_old:.3g} "
-                         f"| {r.rmse_new:.3g} | {r.ratio:.3g} | {r.lower:.3g} | "
-                         f"{'ok' if r.ok else 'FAIL'} |")
-        return "\n".join(lines)
+        return _markdown_table(
+            ["family", "dtype", "exact rounded", f"{self.old} (old)", f"{self.new} (new)",
+             "new/old", "lower bound", "verdict"],
+            [[r.family, r.dtype, f"{r.rmse_rounded:.3g}", f"{r.rmse_old:.3g}",
+              f"{r.rmse_new:.3g}", f"{r.ratio:.3g}", f"{r.lower:.3g}", "ok" if r.ok else "FAIL"]
+             for r in self.rows])
 
     def message(self) -> str:
         head = (f"{self.new} vs {self.old} ({self.op}): regression test, fails when the "

@@ -22,26 +22,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from onlinesm.options import _csv, _ints
+
 __all__ = ["add_parser", "run"]
-
-
-def _csv(text: str) -> list[str]:
-    return [t.strip() for t in text.split(",") if t.strip()]
-
-
-def _ints(text: str) -> list[int]:
-    try:
-        return [int(t) for t in _csv(text)]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of integers, "
-                                         "e.g. 16,65,1025") from None
-
-
-def _exp_class(text: str) -> Any:
-    try:
-        return float(text)
-    except ValueError:
-        return text
 
 
 def add_parser(subparsers: Any) -> None:
