@@ -290,3 +290,14 @@ def test_onlinesms_own_attention_in_both_alignments(align: str, capsys) -> None:
                  "--properties", "accuracy,causal_mask", "--families", "causal,gaussian",
                  "--max-examples", "3", "--seed", "0", "-q", "--device", "cpu"]) == 0
     assert "PASSED" in capsys.readouterr().out
+
+
+def test_a_target_named_like_its_submodule_is_the_function() -> None:
+    import importlib
+    import types
+
+    from onlinesm.targets import load_target
+
+    importlib.import_module("onlinesm.kernels.attention")  # binds the package attribute to the module
+    fn = load_target("onlinesm.kernels:attention")
+    assert not isinstance(fn, types.ModuleType) and fn.__name__ == "attention"

@@ -429,15 +429,22 @@ class Adapted:
                              f"{'[B, H, S, D]' if bshd else '[B, S, H, D]'}, use layout={other!r}")
         return out.transpose(1, 2).contiguous() if bshd else out
 
-    def _call_onlinesm(self, q: Any, k: Any, v: Any, *, mask: Any, causal: bool, scale: Any,
-                       return_lse: bool) -> Any:
-        kwargs: dict[str, Any] = dict(self.spec.kwargs)
-        if mask is not None:
-            kwargs["mask"] = to_mask_kind(mask, self.spec.mask_kind, q.dtype)
-        if causal:
-            kwargs["causal"] = True
+    def _keywords(self, q: Any, *, mask: tuple[str, Any], causal: tuple[str, bool], scale: Any,
+                  fixed: bool = True) -> dict[str, Any]:
+        """The call's keywords in this convention's names: the fixed kwargs (``fixed``), the mask
+        in the declared kind, the causal flag and the scale, each only when given."""
+        kwargs: dict[str, Any] = dict(self.spec.kwargs) if fixed else {}
+        if mask[1] is not None:
+            kwargs[mask[0]] = to_mask_kind(mask[1], self.spec.mask_kind, q.dtype)
+        if causal[1]:
+            kwargs[causal[0]] = True
         if scale is not None:
             kwargs["scale"] = scale
+        return kwargs
+
+    def _call_onlinesm(self, q: Any, k: Any, v: Any, *, mask: Any, causal: bool, scale: Any,
+                       return_lse: bool) -> Any:
+        kwargs = self._keywords(q, mask=("mask", mask), causal=("causal", causal), scale=scale)
         if return_lse:
             kwargs["return_lse"] = True
         return self.fn(q, k, v, **kwargs)
@@ -449,12 +456,8 @@ class Adapted:
         if mask is not None and causal:
             # SDPA refuses attn_mask with is_causal: send the combined mask (top-left)
             mask, causal = mask & _tril(q, k, heads_dim), False
-        if mask is not None:
-            kwargs["attn_mask"] = to_mask_kind(mask, self.spec.mask_kind, q.dtype)
-        if causal:
-            kwargs["is_causal"] = True
-        if scale is not None:
-            kwargs["scale"] = scale
+        kwargs.update(self._keywords(q, mask=("attn_mask", mask), causal=("is_causal", causal),
+                                     scale=scale, fixed=False))
         if k.shape[heads_dim] != q.shape[heads_dim]:
             kwargs["enable_gqa"] = True
         return self.fn(q, k, v, **kwargs)

@@ -24,7 +24,7 @@ Example:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -156,22 +156,32 @@ def softmax_online_tiled(x: Any, tile: int = 128, *, accumulate: Any = None) -> 
     if not isinstance(tile, (int, np.integer)) or tile < 1:
         raise ValueError(f"tile={tile!r} must be a positive integer, e.g. tile=128")
     acc = _acc_type(x, accumulate)
-    xa = x.astype(acc)
+    return tiled_recurrence(x.astype(acc), acc, tile,
+                            lambda z: np.exp(z.astype(acc)).astype(acc)).astype(x.dtype)
+
+
+def tiled_recurrence(xa: np.ndarray, acc: np.dtype, tile: int,
+                     exp: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
+    """The online softmax of rows ``xa`` (already in ``acc``), tile by tile, every step in ``acc``.
+
+    ``exp(z)`` returns exp of an ``acc`` array rounded to ``acc``: the references pass numpy's,
+    :mod:`onlinesm.simulate` a perturbed one. Returns the normalised rows, in ``acc``.
+    """
     rows = xa.shape[:-1] + (1,)
     m = np.full(rows, -np.inf, dtype=acc)
     d = np.zeros(rows, dtype=acc)
     for start in range(0, xa.shape[-1], tile):
         xt = xa[..., start : start + tile]
         m_t = xt.max(axis=-1, keepdims=True)  # the tile's own max (may be -inf)
-        d_t = _sum(np.exp((xt - _safe_max(m_t)).astype(acc)).astype(acc), acc)
+        d_t = _sum(exp((xt - _safe_max(m_t)).astype(acc)), acc)
         m_new = np.maximum(m, m_t)  # the max first, then both rescale factors
         ref = _safe_max(m_new)
-        d_old = (d * np.exp((m - ref).astype(acc)).astype(acc)).astype(acc)
-        d_new = (d_t * np.exp((m_t - ref).astype(acc)).astype(acc)).astype(acc)
+        d_old = (d * exp((m - ref).astype(acc))).astype(acc)
+        d_new = (d_t * exp((m_t - ref).astype(acc))).astype(acc)
         d = (d_old + d_new).astype(acc)
         m = m_new
-    e = np.exp((xa - _safe_max(m)).astype(acc)).astype(acc)  # second read: normalise
-    return _divide(e, d).astype(acc).astype(x.dtype)
+    e = exp((xa - _safe_max(m)).astype(acc))  # second read: normalise
+    return _divide(e, d).astype(acc)
 
 
 # ---------------------------------------------------------------------------------------------

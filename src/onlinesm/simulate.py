@@ -42,7 +42,7 @@ import numpy as np
 
 from onlinesm.dtypes import resolve
 from onlinesm.oracle import visible_keys
-from onlinesm.reference import _divide, _safe_max, _sum
+from onlinesm.reference import _divide, _safe_max, _sum, tiled_recurrence
 from onlinesm.tolerance import Numerics
 
 __all__ = ["dot_noise", "exp_size", "perturbed_exp", "simulate_softmax", "simulate_attention"]
@@ -105,23 +105,8 @@ def simulate_softmax(x: Any, *, numerics: Numerics = Numerics(), rng: np.random.
     """
     x = np.asarray(x)
     acc = _acc(x, numerics)
-    xa = x.astype(acc)
-    rows = xa.shape[:-1] + (1,)
-    m = np.full(rows, -np.inf, dtype=acc)
-    d = np.zeros(rows, dtype=acc)
-    for start in range(0, xa.shape[-1], tile):
-        xt = xa[..., start : start + tile]
-        m_t = xt.max(axis=-1, keepdims=True)
-        d_t = _sum(perturbed_exp((xt - _safe_max(m_t)).astype(acc), acc, numerics, rng), acc)
-        m_new = np.maximum(m, m_t)
-        ref = _safe_max(m_new)
-        d_old = (d * perturbed_exp((m - ref).astype(acc), acc, numerics, rng)).astype(acc)
-        d_new = (d_t * perturbed_exp((m_t - ref).astype(acc), acc, numerics, rng)).astype(acc)
-        d = (d_old + d_new).astype(acc)
-        m = m_new
-    e = perturbed_exp((xa - _safe_max(m)).astype(acc), acc, numerics, rng)
-    out = x.dtype if out_dtype is None else resolve(out_dtype).numpy
-    return _divide(e, d).astype(acc).astype(out)
+    y = tiled_recurrence(x.astype(acc), acc, tile, lambda z: perturbed_exp(z, acc, numerics, rng))
+    return y.astype(x.dtype if out_dtype is None else resolve(out_dtype).numpy)
 
 
 def simulate_attention(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import sys
+import types
 from pathlib import Path
 from typing import Any, Callable
 
@@ -51,6 +52,11 @@ def load_target(target: str) -> Callable[..., Any]:
         if not hasattr(obj, part):
             raise TargetError(f"target {target!r}: {module_part} has no attribute {attr!r}")
         obj = getattr(obj, part)
+    last = attr.split(".")[-1]
+    if isinstance(obj, types.ModuleType) and callable(getattr(obj, last, None)):
+        # a submodule named like its function (onlinesm.kernels:attention once
+        # onlinesm.kernels.attention was imported): the function it is named after
+        obj = getattr(obj, last)
     if not callable(obj):
         raise TargetError(f"target {target!r}: {attr} is a {type(obj).__name__}, not a function")
     return obj

@@ -33,7 +33,7 @@ import sys
 import time
 import warnings
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import numpy as np
 
@@ -224,6 +224,15 @@ def _attention_inputs(settings: Settings, dtype: str, family: str) -> list[tuple
 # one kernel on one input
 
 
+def _called(res: CaseResult, call: Callable[[], Any]) -> Any:
+    """The kernel's output, or None with the contract breach recorded on ``res``."""
+    try:
+        return call()
+    except KernelError as err:
+        res.error = str(err)
+        return None
+
+
 def _softmax_case(kernel: Kernel, rk: ReportKernel, dtype: str, family: str, length: int,
                   seed: int, x: np.ndarray, exact: np.ndarray, coll: Collection,
                   bounds: dict[Any, Any], rng: np.random.Generator) -> CaseResult:
@@ -232,10 +241,8 @@ def _softmax_case(kernel: Kernel, rk: ReportKernel, dtype: str, family: str, len
     from onlinesm.properties import measure_softmax_accuracy, measure_softmax_special_rows
 
     res = CaseResult(rk.name, "softmax", dtype, family, length, seed, inputs=x)
-    try:
-        y = kernel.softmax(x)
-    except KernelError as err:
-        res.error = str(err)
+    y = _called(res, lambda: kernel.softmax(x))
+    if y is None:
         return res
     conv = rk.conventions.for_dtype(dtype)
     res.convention_ok = measure_softmax_special_rows(kernel, x, conv, y=y).ok
@@ -274,10 +281,8 @@ def _attention_case(kernel: Kernel, rk: ReportKernel, dtype: str, family: str, s
 
     sq, sk = inp.q.shape[2], inp.k.shape[2]
     res = CaseResult(rk.name, "attention", dtype, family, sk, seed, seq_q=sq, inputs=inp)
-    try:
-        out = kernel.attention(inp)
-    except KernelError as err:
-        res.error = str(err)
+    out = _called(res, lambda: kernel.attention(inp))
+    if out is None:
         return res
     conv = rk.conventions.for_dtype(dtype)
     res.convention_ok = measure_attention_fully_masked(kernel, inp, conv, out=out).ok
