@@ -27,23 +27,9 @@ from onlinesm import interpreter  # noqa: E402
 BF16 = ml_dtypes.bfloat16
 
 
-@triton.jit
-def _store_fp32_into(x_ptr, y_ptr, N: tl.constexpr):
-    i = tl.arange(0, N)
-    tl.store(y_ptr + i, tl.load(x_ptr + i))  # implicit cast to y's element type
-
-
-@triton.jit
-def _store_to(x_ptr, y_ptr, N: tl.constexpr, MODE: tl.constexpr):
-    i = tl.arange(0, N)
-    x = tl.load(x_ptr + i)
-    if MODE == 0:
-        y = x.to(tl.bfloat16)
-    elif MODE == 1:
-        y = x.to(tl.bfloat16, fp_downcast_rounding="rtne")
-    else:
-        y = x.to(tl.bfloat16, fp_downcast_rounding="rtz")
-    tl.store(y_ptr + i, y)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from interpreter_kernels import cast as _store_to  # noqa: E402
+from interpreter_kernels import store_fp32 as _store_fp32_into  # noqa: E402
 
 
 @triton.jit

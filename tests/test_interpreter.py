@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.util
 import sys
 import threading
+from pathlib import Path
 
 import ml_dtypes
 import numpy as np
@@ -26,7 +27,6 @@ if not kernels.use_interpreter():
                 "interpreter)", allow_module_level=True)
 
 import triton  # noqa: E402  (after the mode is chosen)
-import triton.language as tl  # noqa: E402
 
 pytestmark = pytest.mark.interpreter
 
@@ -57,23 +57,9 @@ N = 16
 assert TRICKY.size == N
 
 
-@triton.jit
-def _store_fp32(x_ptr, y_ptr, N: tl.constexpr):
-    i = tl.arange(0, N)
-    tl.store(y_ptr + i, tl.load(x_ptr + i))  # implicit fp32 -> bf16 at the store
-
-
-@triton.jit
-def _cast(x_ptr, y_ptr, N: tl.constexpr, MODE: tl.constexpr):
-    i = tl.arange(0, N)
-    x = tl.load(x_ptr + i)
-    if MODE == 0:
-        y = x.to(tl.bfloat16)
-    elif MODE == 1:
-        y = x.to(tl.bfloat16, fp_downcast_rounding="rtne")
-    else:
-        y = x.to(tl.bfloat16, fp_downcast_rounding="rtz")
-    tl.store(y_ptr + i, y)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+from interpreter_kernels import cast as _cast  # noqa: E402
+from interpreter_kernels import store_fp32 as _store_fp32  # noqa: E402
 
 
 def run(kind: str, values: np.ndarray = TRICKY) -> np.ndarray:
