@@ -217,8 +217,9 @@ def add_options(parser: argparse.ArgumentParser, command: str) -> None:
         if opt.kind == "flag":
             kw.update(action="store_const", const=opt.const)
         else:
+            metavar = opt.metavar or (None if opt.choices else opt.flag.lstrip("-").upper().replace("-", "_"))
             kw.update(action="append" if opt.kind in ("append", "map") else "store",
-                      type=opt.parse, choices=opt.choices, metavar=opt.metavar)
+                      type=opt.parse, choices=opt.choices, metavar=metavar)
         parser.add_argument(opt.flag, **kw)
 
 
