@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 import math
 from typing import Any
 
@@ -80,6 +81,16 @@ class _JsonRecord:
         return d
 
 
+#: The bound tiers a check may use (:attr:`Numerics.tier`).
+TIERS = ("worst-case", "probabilistic")
+
+
+def format_delta(delta: float) -> str:
+    """``1e-06`` written as ``1e-6``."""
+    return re.sub(r"e([+-])0*(\d)", lambda m: "e" + m.group(1).replace("+", "") + m.group(2),
+                  f"{delta:g}")
+
+
 @dataclasses.dataclass(frozen=True)
 class Numerics(_JsonRecord):
     """What a kernel declares about its arithmetic; it sets the bound's terms.
@@ -95,6 +106,18 @@ class Numerics(_JsonRecord):
     - ``p_dtype``: attention only: P is rounded to this dtype before P·V (FlashAttention rounds
       it to the input dtype: ``"input"``, resolved by :meth:`for_dtype`); None = P·V in the
       working precision.
+    - ``tier``: which bound decides pass/fail: ``"worst-case"`` (default: the rigorous bound,
+      its summation terms growing like n·u) or ``"probabilistic"`` (the summation terms replaced
+      by Higham & Mary's λ(δ)·sqrt(n)·u, which holds with probability at least 1 - ``delta``
+      per summation when the rounding errors are mean-independent; see
+      :mod:`onlinesm.tolerance`). ``delta`` [1e-6] is that per-summation failure probability.
+
+      Why a ``Numerics`` field and not a ``RunOptions`` one: the tier is a model of the
+      kernel's rounding errors (independent, not coherent), which is what ``Numerics``
+      declares, and it sets the bound's terms exactly as ``accumulate`` does. Living here it
+      reaches every bound through ``Conventions.numerics`` (the accuracy properties, the
+      relations, the saved failures and their replays) with no second path, and a replayed
+      failure is judged under the tier it failed under.
 
     >>> Numerics(accumulate="bf16", exp=3.0).describe()
     'accumulate=bfloat16, exp=3 ulp, allow_tf32=False, p_dtype=None'
@@ -104,9 +127,20 @@ class Numerics(_JsonRecord):
     exp: str | float = "fast"
     allow_tf32: bool = False
     p_dtype: str | None = None
+    tier: str = "worst-case"
+    delta: float = 1e-6
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "accumulate", _dtype_name("accumulate", self.accumulate))
+        tier = str(self.tier).strip().lower().replace("_", "-")
+        if tier not in TIERS:
+            raise ValueError(f"tier={self.tier!r} is not a bound tier; use one of {', '.join(TIERS)}")
+        object.__setattr__(self, "tier", tier)
+        d = self.delta
+        if isinstance(d, bool) or not isinstance(d, (int, float)) or not 0 < d < 1:
+            raise ValueError(f"delta={d!r} must be a probability strictly between 0 and 1, "
+                             "e.g. delta=1e-6")
+        object.__setattr__(self, "delta", float(d))
         if self.p_dtype is not None and self.p_dtype != "input":
             object.__setattr__(self, "p_dtype", _dtype_name("p_dtype", self.p_dtype))
         if not isinstance(self.allow_tf32, bool):
@@ -157,8 +191,17 @@ class Numerics(_JsonRecord):
             exp = f"{self.exp:g} ulp"
         else:
             exp = f"{self.exp} ({EXP_CLASSES[self.exp][4]})"
-        return (f"accumulate={self.accumulate}, exp={exp}, allow_tf32={self.allow_tf32}, "
+        text = (f"accumulate={self.accumulate}, exp={exp}, allow_tf32={self.allow_tf32}, "
                 f"p_dtype={self.p_dtype}")
+        if self.tier != "worst-case":  # the default tier is left unsaid (messages unchanged)
+            text += f", tier={self.tier_name()}"
+        return text
+
+    def tier_name(self) -> str:
+        """``"worst-case bound"`` or ``"probabilistic bound (δ=1e-6)"``, for messages."""
+        if self.tier == "worst-case":
+            return "worst-case bound"
+        return f"probabilistic bound (δ={format_delta(self.delta)})"
 
     def to_dict(self) -> dict[str, Any]:
         """The fields as JSON-ready values."""

@@ -182,6 +182,11 @@ OPTIONS: tuple[Option, ...] = (
     Option("--allow-tf32", "allow_tf32", "fp32 matmuls may use tf32", _CR, kind="flag"),
     Option("--p-dtype", "p_dtype", "attention: dtype P is rounded to before P·V, 'input' or 'none' "
            "[input]", _CR, parse=_p_dtype),
+    Option("--tier", "tier", "which bound decides: worst-case (rigorous, sums grow like n·u) or "
+           "probabilistic (sums like λ·sqrt(n)·u, holds with probability 1-δ per sum) [worst-case]",
+           _CR, choices=("worst-case", "probabilistic")),
+    Option("--delta", "delta", "with --tier probabilistic: failure probability per summation "
+           "[1e-6]", _CR, parse=float, metavar="P"),
     # calling conventions (attention)
     Option("--convention", "convention", "the kernel's calling convention [onlinesm]", (_C,),
            choices=("onlinesm", "sdpa", "flash_attn", "xformers")),

@@ -73,6 +73,27 @@ rescale factors exp(m_old - m_new) add a few u per rescale, which the worst-case
 in practice (errors are not coherent) but not in the strict worst case; calibration
 (bench/calibrate.py, reports/calibration.md) records how close correct kernels come.
 
+Tiers. ``Numerics(tier="worst-case")`` (the default) is everything above. With
+``Numerics(tier="probabilistic", delta=δ)`` the terms that sum k rounding errors, γ_k, are
+replaced by Higham & Mary's probabilistic constant (*A new approach to probabilistic rounding
+error analysis*, SIAM J. Sci. Comput. 2019, Theorem 3.1 for sums and inner products):
+``γ̃_k(λ) = exp(λ·sqrt(k)·u + k·u²/(1 - u)) - 1 ≈ λ·sqrt(k)·u``, which bounds the computed
+sum/inner product's error with probability at least ``1 - 2k·exp(-λ²(1-u)²/2)`` when the
+rounding errors are mean-independent and bounded by u; solving for a failure probability δ
+gives ``λ = sqrt(2·ln(2k/δ)) / (1 - u)`` (the single-sum λ = sqrt(2·ln(2/δ)) plus the union over
+the k roundings). Each replaced term is the smaller of γ̃_k and γ_k, so the probabilistic bound
+is never above the worst-case one. The replaced terms: softmax and logsumexp ``sum``
+(γ_{n-1}); attention ``dot`` (γ_D), ``pv`` (γ_Sk), ``sum`` (γ_{Sk-1}), and the lse's
+``sum``/``scores``; ``higher`` follows from them. The exp, division, conversion, output
+rounding, oracle and floor terms are unchanged. Composition: δ is per summation, not per
+check. A softmax row uses one probabilistic statement (its denominator, shared by the row's
+elements); an attention query uses Sk + D + 1 (its scores, its D outputs' P·V sums, its
+denominator). By the union bound (no independence assumed), a whole check holds with
+probability at least 1 - δ·(number of statements), e.g. 1 - 8·1e-6 for 8 softmax rows. The
+model's assumption fails for coherent errors (stagnation: adding terms far below half an ulp
+of the running sum, every rounding in the same direction), which is the bug the tier exists
+to catch sooner; a kernel whose errors are legitimately coherent needs the worst-case tier.
+
 Example:
     >>> import numpy as np
     >>> x = np.array([[0.0, 1.0, -np.inf]], np.float32)
@@ -115,6 +136,8 @@ __all__ = [
     "attention_bound",
     "relation_bound",
     "gamma",
+    "gamma_probabilistic",
+    "summation_gamma",
     # Numerics and EXP_CLASSES are re-exported from onlinesm.declarations, Bound and the
     # metrics from onlinesm.metrics
     "Comparison",
@@ -139,6 +162,40 @@ def gamma(k: Any, u: float) -> np.ndarray:
     """
     ku = np.maximum(np.asarray(k, dtype=np.float64), 0.0) * u
     return np.where(ku < 0.5, ku / (1.0 - np.minimum(ku, 0.5)), 2.0 * ku)
+
+
+def gamma_probabilistic(k: Any, u: float, delta: float = 1e-6) -> np.ndarray:
+    """Higham & Mary's γ̃_k(λ) at λ = sqrt(2·ln(2k/δ))/(1 - u), capped at the worst-case γ_k.
+
+    A sum of k+1 terms (k roundings) or an inner product of length k, computed in any order,
+    is within γ̃_k·Σ|terms| of the exact value with probability at least 1 - δ when the
+    rounding errors are mean-independent (SIAM J. Sci. Comput. 2019, Theorem 3.1).
+
+    >>> u = 2.0**-24
+    >>> float(gamma_probabilistic(8191, u)) < float(gamma(8191, u)) / 10
+    True
+    >>> float(gamma_probabilistic(3, u)) == float(gamma(3, u))  # short sums: γ_k is smaller
+    True
+    """
+    kk = np.maximum(np.asarray(k, dtype=np.float64), 0.0)
+    worst = gamma(kk, u)
+    kc = np.maximum(kk, 1.0)
+    lam = np.sqrt(2.0 * np.log(2.0 * kc / delta)) / (1.0 - u)
+    with np.errstate(over="ignore"):
+        prob = np.expm1(lam * np.sqrt(kc) * u + kc * u * u / (1.0 - u))
+    return np.where(kk > 0, np.minimum(prob, worst), 0.0)
+
+
+def summation_gamma(numerics: Numerics) -> Any:
+    """The constant of k summed roundings under ``numerics.tier``: γ_k or γ̃_k(λ(δ))."""
+    if numerics.tier == "probabilistic":
+        return lambda k, u: gamma_probabilistic(k, u, numerics.delta)
+    return gamma
+
+
+def _what(text: str, numerics: Numerics) -> str:
+    """The bound's description, naming the tier when it is not the default worst case."""
+    return text if numerics.tier == "worst-case" else f"{text}; {numerics.tier_name()}"
 
 
 def _out_format(dtype: Any, default: FloatFormat) -> FloatFormat:
@@ -191,7 +248,7 @@ def _softmax_rel(x: Any, numerics: Numerics, exact: Any) -> dict[str, Any]:
         rel["input"] = u * (conv + (y * conv).sum(axis=-1, keepdims=True))
     rel["arg"] = a_arg * u * (azc + ybar_z)
     rel["exp"] = u * (c_exp * (azc + ybar_z) + 2.0 * b_exp)
-    rel["sum"] = gamma(n_live - 1, u)
+    rel["sum"] = summation_gamma(numerics)(n_live - 1, u)
     rel["div"] = np.full(n_live.shape, div * u)
     rel["oracle"] = _U64 * (n_live + 8.0 + 3.0 * (azc + ybar_z))
     return dict(x=x, in_fmt=in_fmt, w=w, live=live, special=special, y=y, m=m0, lse=lse,
@@ -228,7 +285,8 @@ def softmax_bound(x: Any, *, out_dtype: Any = None, numerics: Numerics = Numeric
     n = p["x"].shape[-1]
     exact_y = np.where(p["special"], np.nan, y)
     return Bound(abs=total, terms=terms, numerics=numerics,
-                 what=f"softmax bound, n={n}, {p['in_fmt'].name} in, {out_fmt.name} out",
+                 what=_what(f"softmax bound, n={n}, {p['in_fmt'].name} in, {out_fmt.name} out",
+                            numerics),
                  exact=exact_y)
 
 
@@ -282,7 +340,7 @@ def logsumexp_bound(x: Any, *, numerics: Numerics = Numerics(), out_dtype: Any =
         terms["input"] = u * (y * conv).sum(axis=-1)
     terms["arg"] = a_arg * u * ybar_z
     terms["exp"] = u * (c_exp * ybar_z + b_exp)
-    terms["sum"] = gamma(p["n_live"][..., 0] - 1, u)
+    terms["sum"] = summation_gamma(numerics)(p["n_live"][..., 0] - 1, u)
     first = sum(terms.values())
     terms["log"] = u * (4.0 * np.abs(log_s) + 2.0)
     terms["add"] = 2.0 * u * (np.abs(m) + np.abs(log_s))
@@ -296,7 +354,8 @@ def logsumexp_bound(x: Any, *, numerics: Numerics = Numerics(), out_dtype: Any =
     special = p["special"][..., 0]
     exact_lse = np.where(special, np.nan, np.where(rows, lse, -np.inf))
     return Bound(abs=sum(terms.values()), terms=terms, numerics=numerics,
-                 what=f"logsumexp bound, n={xf.shape[-1]}, lse in {out_fmt.name}",
+                 what=_what(f"logsumexp bound, n={xf.shape[-1]}, lse in {out_fmt.name}",
+                            numerics),
                  exact=exact_lse)
 
 
@@ -348,6 +407,7 @@ def attention_bound(
         lse_dtype = "float64" if (in_fmt.name == w.name == "float64") else "float32"
     lse_fmt = resolve(lse_dtype)
     a_arg, c_exp, b_exp, div = numerics.exp_model()
+    g = summation_gamma(numerics)  # γ_k, or its probabilistic version
 
     qf = q.astype(np.float64)
     kf = np.repeat(k.astype(np.float64), h // hkv, axis=1)
@@ -386,7 +446,7 @@ def attention_bound(
         conv = 2.0 * u
     azc = np.minimum(az, _EXP_UNDERFLOW)
     rho = {  # relative perturbations of each exp(s_j - m), per key
-        "dot": (gamma(d, u) + conv) * dotabs,
+        "dot": (g(d, u) + conv) * dotabs,
         "scale": 3.0 * u * np.abs(np.where(vis, s, 0.0)),
         "arg": a_arg * u * azc,
         "exp": u * (c_exp * azc + b_exp),
@@ -404,13 +464,13 @@ def attention_bound(
         u_p = pf.u
     else:
         u_p = 0.0
-    terms["pv"] = gamma(n_vis, u) * v1
-    terms["sum"] = gamma(n_vis - 1, u) * oabs
+    terms["pv"] = g(n_vis, u) * v1
+    terms["sum"] = g(n_vis - 1, u) * oabs
     terms["div"] = div * u * oabs
     linear = sum(terms[k] for k in ("dot", "scale", "arg", "sum", "pv", "div"))
     terms["oracle"] = (_U64 / u) * linear + 4.0 * _U64 * (v1 + oabs)
     worst_rho = np.where(vis, sum(rho.values()), 0.0).max(axis=-1, keepdims=True)
-    big_r = worst_rho + gamma(n_vis, u) + u_p + div * u
+    big_r = worst_rho + g(n_vis, u) + u_p + div * u
     pre_first = sum(terms.values())
     terms["higher"] = pre_first * np.where(big_r < 0.5, big_r / (1.0 - np.minimum(big_r, 0.5)),
                                            big_r)
@@ -424,8 +484,8 @@ def attention_bound(
     if not finite_in.all() or not vfin.all():
         o_exact = np.where(np.isfinite(o_exact), o_exact, np.nan)
     bound_o = Bound(abs=sum(terms.values()), terms=terms, numerics=numerics,
-                    what=(f"attention output bound, Sk={sk}, D={d}, {in_fmt.name} in, "
-                          f"{out_fmt.name} out"), exact=o_exact)
+                    what=_what(f"attention output bound, Sk={sk}, D={d}, {in_fmt.name} in, "
+                               f"{out_fmt.name} out", numerics), exact=o_exact)
 
     # lse = m + log ℓ: absolute perturbations
     m_ = m0[..., 0]
@@ -435,7 +495,7 @@ def attention_bound(
         "scores": (pbar["dot"] + pbar["scale"])[..., 0],
         "arg": pbar["arg"][..., 0],
         "exp": pbar["exp"][..., 0],
-        "sum": gamma(n_vis[..., 0] - 1, u),
+        "sum": g(n_vis[..., 0] - 1, u),
     }
     first = sum(lt.values())
     lt["log"] = u * (4.0 * np.abs(log_l) + 2.0)
@@ -447,7 +507,8 @@ def attention_bound(
         lt["out"] = 0.5 * ulp(np.abs(np.where(live, lse, 0.0)) + pre_l, lse_fmt)
     lt = {k: np.where(live, t, 0.0) for k, t in lt.items()}
     bound_lse = Bound(abs=sum(lt.values()), terms=lt, numerics=numerics,
-                      what=f"attention lse bound, Sk={sk}, D={d}, lse in {lse_fmt.name}",
+                      what=_what(f"attention lse bound, Sk={sk}, D={d}, lse in {lse_fmt.name}",
+                                 numerics),
                       exact=np.where(live, lse, -np.inf))
     return bound_o, bound_lse
 
