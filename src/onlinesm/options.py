@@ -14,8 +14,8 @@ is checked (docs/INTERNALS.md).
 Example:
     >>> import argparse
     >>> p = argparse.ArgumentParser(); add_options(p, "check")
-    >>> keywords(p.parse_args(["--fully-masked", "nan", "--max-len", "64"]), "check")
-    {'fully_masked': 'nan', 'max_len': 64}
+    >>> sorted(keywords(p.parse_args(["--fully-masked", "nan", "--max-len", "64"]), "check").items())
+    [('fully_masked', 'nan'), ('max_len', 64)]
 """
 
 from __future__ import annotations
