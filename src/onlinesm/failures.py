@@ -14,7 +14,6 @@ Example:
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -72,8 +71,3 @@ def shrink_and_save(kernel: Kernel, op: str, prop: str, conv: Conventions, input
         path = counterexample.save(op=op, prop=prop, kernel=kernel, conventions=conv, inputs=inputs,
                                    message=message, directory=directory)
     return inputs, message, path
-
-
-def attention_fields(inp: AttentionInputs) -> dict[str, Any]:
-    """The fields of an attention input, as ``inputs`` for :func:`shrink_and_save`."""
-    return dataclasses.asdict(inp)

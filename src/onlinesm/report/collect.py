@@ -14,7 +14,7 @@ and the declared fully-masked convention. The other properties (determinism, shi
 ``onlinesm check``'s job.
 
 A failing (kernel, dtype) gets one minimal counterexample: the worst failing row, reduced by
-:func:`onlinesm.minimize.minimise_rows` and saved with :func:`onlinesm.counterexample.save`
+:func:`onlinesm.failures.shrink_and_save`, as ``onlinesm check`` does
 (replay with ``onlinesm replay FILE``).
 
 Example:
@@ -439,9 +439,7 @@ def _summarise(coll: Collection) -> None:
 def _counterexamples(coll: Collection, harness: dict[int, Kernel], progress: Progress,
                      directory: Path | None, replay_dir: str | None) -> None:
     """One minimal, saved counterexample per failing (kernel, dtype)."""
-    from onlinesm import counterexample
-    from onlinesm.minimize import minimise_rows
-    from onlinesm.properties import ATTENTION_PROPERTIES, SOFTMAX_PROPERTIES, PropertyFailure
+    from onlinesm.failures import shrink_and_save
 
     by_name = {rk.name: rk for rk in coll.kernels}
     for v in coll.verdicts:
@@ -459,38 +457,15 @@ def _counterexamples(coll: Collection, harness: dict[int, Kernel], progress: Pro
         prop = "fully_masked" if (case.error is None and not case.convention_ok) else "accuracy"
         progress.say(f"minimising the counterexample: {case.op} {case.kernel} {case.dtype} "
                      f"{case.family} ({prop})")
-        message = case.error or ""
-        if case.op == "softmax":
-            check = SOFTMAX_PROPERTIES[prop]
-
-            def fails(cand: np.ndarray) -> bool:
-                try:
-                    check(kernel, cand, conv)
-                except (PropertyFailure, KernelError):
-                    return True
-                return False
-
-            x = case.inputs
-            small = minimise_rows(x, fails, max_calls=80, max_seconds=30.0)
-            try:
-                check(kernel, small, conv)
-            except (PropertyFailure, KernelError) as err:
-                message = str(err)
-            inputs = {"x": small}
-        else:
-            check_a = ATTENTION_PROPERTIES[prop]
-            try:
-                check_a(kernel, case.inputs, conv)
-            except (PropertyFailure, KernelError) as err:
-                message = str(err)
-            inputs = dataclasses.asdict(case.inputs)
-            small = case.inputs.q
+        fields = {"x": case.inputs} if case.op == "softmax" else dataclasses.asdict(case.inputs)
+        inputs, message, saved = shrink_and_save(kernel, case.op, prop, conv, fields, None,
+                                                 directory=directory,
+                                                 budget={"max_calls": 80, "max_seconds": 30.0})
+        message = message or case.error or ""
+        small = inputs["x"] if case.op == "softmax" else case.inputs.q
         path = None
-        if directory is not None:
-            saved = counterexample.save(op=case.op, prop=prop, kernel=kernel, conventions=conv,
-                                        inputs=inputs, message=message, directory=directory)
-            name = Path(saved).name
-            path = f"{replay_dir}/counterexamples/{name}" if replay_dir else saved
+        if saved is not None:
+            path = f"{replay_dir}/counterexamples/{Path(saved).name}" if replay_dir else saved
         coll.failures.append(dict(
             kernel=case.kernel, op=case.op, dtype=case.dtype, family=case.family,
             property=prop, length=case.length, bound_use=case.max_bound_use,
