@@ -197,13 +197,16 @@ def test_sdpa_backends_that_cannot_run_are_declared_refusals(capsys) -> None:
     assert "every property is n/a" in capsys.readouterr().err
 
 
-def test_mask_kinds_each_get_a_run(capsys) -> None:
+def test_mask_kinds_each_get_a_run(capsys, tmp_path: Path) -> None:
     assert main(["check", "--convention", "sdpa", "--sdpa-backend", "math", "--dtypes", "float32",
                  "--mask-kinds", "additive,finite-min", "--properties", "accuracy,fully_masked",
                  "--head-dims", "16", "--max-seq-q", "16", "--max-seq-k", "24",
-                 "--max-examples", "3", "--seed", "0", "-q"]) == 0
+                 "--max-examples", "3", "--seed", "0", "-q", "--report", str(tmp_path / "r")]) == 0
     out = capsys.readouterr().out
     assert "== mask kind additive" in out and "== mask kind finite-min" in out
+    # each kind's results are kept: one report folder per kind
+    assert (tmp_path / "r" / "additive" / "summary.json").is_file()
+    assert (tmp_path / "r" / "finite-min" / "summary.json").is_file()
 
 
 # ---------------------------------------------------------------------------------------------

@@ -112,12 +112,15 @@ def _run_check(args: argparse.Namespace) -> int:
     if args.report:
         from onlinesm.report.schema import write_check_report
 
-        try:
-            path = write_check_report(results[-1], args.report)
-        except OSError as err:
-            print(f"onlinesm: error: cannot write the report to {args.report}: {err}", file=sys.stderr)
-            return 1 if not passed else 2
-        print(f"\nreport written to {path}")
+        # one report per mask kind (DIR/KIND) when several kinds ran, so none is lost
+        folders = [args.report] if len(results) == 1 else [os.path.join(args.report, k) for k in kinds]
+        for result, folder in zip(results, folders):
+            try:
+                path = write_check_report(result, folder)
+            except OSError as err:
+                print(f"onlinesm: error: cannot write the report to {folder}: {err}", file=sys.stderr)
+                return 1 if not passed else 2
+            print(f"\nreport written to {path}")
     return 0 if passed else 1
 
 
