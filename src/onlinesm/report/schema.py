@@ -71,7 +71,7 @@ _FAILURE = {
 }
 _KERNEL = {
     "name": "str", "op": ("enum", "softmax", "attention"), "target": ("?", "str"),
-    "fully_masked": ("enum", "zeros", "nan", "any"), "numerics": {"accumulate": "str"},
+    "fully_masked": ("enum", "zeros", "nan", "uniform", "any"), "numerics": {"accumulate": "str"},
 }
 _FA3_ROW = {"name": "str", "rmse": {"*": ("?", _NUM)}, "error": ("?", "str")}
 #: The schema ``onlinesm.report/1``; docs/report-schema.md says what each field means.
