@@ -6,7 +6,9 @@
 # checks: the default `onlinesm check` of each built-in kernel from a cold Triton cache (wall
 #         time, compile count); third: bench/third_party.py; suite: bench/gpu_suite.py;
 #         speed: bench/compile_time.py speed on this tree (and on .xfer/old when present);
-#         scale: the thorough matrix on 1 and 2 GPUs (bench/scale.py).
+#         scale: the thorough matrix on 1 and 2 GPUs (bench/scale.py);
+#         statistical: bench/gpu_statistical.py, false alarms of the statistical tier (20 seeds).
+# A run longer than one call's limit goes through bench/gpu_background.sh.
 # The machine has torch and triton but not onlinesm: it runs from src/ (with strategies/
 # linked in as onlinesm.strategies); wheels under .whl/ (Liger) are installed first.
 set -u
@@ -45,8 +47,11 @@ for phase in "$@"; do
         ( cd /tmp && PYTHONPATH=$X/.xfer/old/src timeout 150 python3 "$X/bench/compile_time.py" speed --label old ) > "$OUT/speed_old.txt" 2>&1
         echo "== speed (.xfer/old): rc=$?"; grep -a "RESULT" "$OUT/speed_old.txt" | tail -1
       fi ;;
+    statistical)
+      timeout 900 python3 bench/gpu_statistical.py --seeds 20 --budget 800 --out "$OUT" > "$OUT/statistical.log" 2>&1
+      echo "== statistical: rc=$? $((SECONDS - start)) s"; tail -12 "$OUT/statistical.log" ;;
     scale)
-      timeout 500 python3 bench/scale.py --out "$OUT" > "$OUT/scale.log" 2>&1
+      timeout 1500 python3 bench/scale.py --out "$OUT" ${SCALE_ARGS:-} > "$OUT/scale.log" 2>&1
       echo "== scale: rc=$? $((SECONDS - start)) s"; tail -15 "$OUT/scale.log" ;;
     *) echo "unknown phase $phase" ;;
   esac

@@ -6,7 +6,8 @@ torch SDPA with its backends pinned), warms the Triton cache, then runs
 same seed and examples, and compares the merged verdicts item by item. Writes ``scale.md`` to
 ``--out``.
 
-    python bench/scale.py --out $OUT --max-examples 60      # on a machine with 2 GPUs
+    python bench/scale.py --out $OUT                       # thorough profile, 2 GPUs
+    python bench/scale.py --out $OUT --profile quick       # a shorter run
 """
 
 from __future__ import annotations
@@ -69,7 +70,9 @@ def _cells(text: str) -> dict[str, str]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=os.environ.get("OUT", "scale-out"))
-    parser.add_argument("--max-examples", type=int, default=60)
+    parser.add_argument("--max-examples", type=int, default=None,
+                        help="examples per property (default: the --profile's)")
+    parser.add_argument("--profile", default="thorough", help="quick, ci or thorough [thorough]")
     args = parser.parse_args()
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -77,23 +80,24 @@ def main() -> int:
     (project / "onlinesm.toml").write_text(MATRIX)
     env = {**os.environ, "CUDA_VISIBLE_DEVICES": os.environ.get("CUDA_VISIBLE_DEVICES", "0,1")}
     runs = {}
-    for label, workers, examples in (("warm-up", 2, 2), ("1 GPU", 1, args.max_examples),
-                                     ("2 GPUs", 2, args.max_examples)):
+    runs_per = ["--max-examples", str(args.max_examples)] if args.max_examples else []
+    for label, workers, budget in (("warm-up", 2, ["--max-examples", "2"]),
+                                   ("1 GPU", 1, runs_per), ("2 GPUs", 2, runs_per)):
         cmd = [sys.executable, "-m", "onlinesm", "check", "--workers", str(workers), "--seed", "0",
-               "--max-examples", str(examples), "-q"]
+               "--profile", args.profile, *budget, "-q"]
         run_env = dict(env, CUDA_VISIBLE_DEVICES="0") if workers == 1 else env
         start = time.monotonic()
-        proc = subprocess.run(cmd, cwd=project, env=run_env, capture_output=True, text=True, timeout=900)
+        proc = subprocess.run(cmd, cwd=project, env=run_env, capture_output=True, text=True, timeout=1500)
         runs[label] = (time.monotonic() - start, proc.returncode, proc.stdout)
         (out / f"scale_{label.replace(' ', '_')}.txt").write_text(proc.stdout + "\n" + proc.stderr[-5000:])
-        print(f"{label:<8} workers={workers} examples={examples}: {runs[label][0]:.1f} s, exit {proc.returncode}",
-              flush=True)
+        print(f"{label:<8} workers={workers} {' '.join(cmd[3:])}: {runs[label][0]:.1f} s, "
+              f"exit {proc.returncode}", flush=True)
     t1, t2 = runs["1 GPU"][0], runs["2 GPUs"][0]
     a, b = _cells(runs["1 GPU"][2]), _cells(runs["2 GPUs"][2])
     same = a == b and bool(a)
     lines = [f"# The kernel matrix on 1 and 2 GPUs ({datetime.date.today()})", "",
              f"Matrix: {MATRIX.count('[kernels.')} kernels (onlinesm.toml below), `--seed 0 "
-             f"--max-examples {args.max_examples}`, Triton cache warmed first.", "",
+             f"--profile {args.profile} {' '.join(runs_per)}`, Triton cache warmed first.", "",
              "| run | wall | exit |", "|---|---|---|",
              *(f"| {k} | {v[0]:.1f} s | {v[1]} |" for k, v in runs.items()), "",
              f"Speed-up on 2 GPUs: **{t1 / t2:.2f}x**. Verdicts identical item by item: "
