@@ -180,6 +180,8 @@ def test_workers_merge_and_reproduce(tmp_path: Path) -> None:
     assert len(runs) == 6
     merged = _counterexamples(two)
     assert set(merged) == {"accuracy[float32]", "accuracy[bfloat16]"}
+    log = next((two / ".onlinesm" / "runs").glob("*/pytest.log")).read_text()
+    assert "2 failed, 4 passed" in log  # the workers' output is kept, even under -q
 
     alone = _project(tmp_path / "alone")
     r = _run(["-m", "pytest", "-q", "-p", "no:cacheprovider", "-k", "sentinel and accuracy and float32"], alone)
@@ -203,3 +205,22 @@ def test_workers_pinned_before_conftest(tmp_path: Path) -> None:
     r = _run(["-m", "pytest", "-q", "-p", "no:cacheprovider", "-n", "2"], tmp_path, CUDA_VISIBLE_DEVICES="7,9")
     assert r.returncode == 0, r.stdout + r.stderr
     assert (tmp_path / "seen-gw0").read_text() == "7" and (tmp_path / "seen-gw1").read_text() == "9"
+
+
+def test_worker_crash_names_the_log(tmp_path: Path) -> None:
+    """A kernel that kills its worker process: its items give no result, the error says so and
+    names the log, where pytest-xdist says which worker went down."""
+    (tmp_path / "crash.py").write_text("import os\n\ndef softmax(x):\n    os._exit(3)\n")
+    _project(tmp_path, TABLE.split("[tool.onlinesm.kernels.good]")[0] + """
+[tool.onlinesm.kernels.crash]
+target = "crash.py:softmax"
+op = "softmax"
+dtypes = ["float32"]
+properties = ["row_sum"]
+""")
+    r = _run(["-m", "onlinesm", "check", "-q", "--workers", "2"], tmp_path)
+    assert r.returncode == 2, r.stdout + r.stderr
+    line = next(x for x in r.stderr.splitlines() if "crash:" in x)
+    assert "1 of 1 items gave no result (the workers' output: " in line, r.stderr
+    log = Path(tmp_path, line.split("the workers' output: ")[1].rstrip(")"))
+    assert "crashed" in log.read_text() or "node down" in log.read_text()

@@ -373,6 +373,7 @@ def _validate(kw: dict[str, Any], op: str, where: str) -> None:
         conv.numerics.exp_model()
     except ValueError as err:
         raise ConfigError(f"{where} {err}") from None
-    if op == "softmax" and any(k in kw for k in _ADAPTER_KEYS):
-        given = next(k for k in _ADAPTER_KEYS if k in kw)
-        raise ConfigError(f"{where} key {given!r} applies to attention kernels only, not op = 'softmax'")
+    # A softmax takes fixed keywords (`kwarg = { dim = -1 }`), but no attention convention.
+    given = [k for k in _ADAPTER_KEYS if k in kw and k != "fixed_kwargs"]
+    if op == "softmax" and given:
+        raise ConfigError(f"{where} key {given[0]!r} applies to attention kernels only, not op = 'softmax'")

@@ -131,10 +131,12 @@ def _run_entries(entries: list[Any], overrides: dict[str, Any], workers: int,
     except ValueError as err:
         return _error(str(err))
     start = time.monotonic()
+    log = None
     if workers >= 2:
-        records = _run_pytest(specs, workers, quiet=args.quiet)
-        if isinstance(records, int):
-            return records
+        ran = _run_pytest(specs, workers, quiet=args.quiet)
+        if isinstance(ran, int):
+            return ran
+        records, log = ran
     else:
         records = _run_here(specs, quiet=args.quiet)
     rows, codes, results = [], [], []
@@ -143,7 +145,9 @@ def _run_entries(entries: list[Any], overrides: dict[str, Any], workers: int,
         expected = len(spec["dtypes"]) * len(spec["properties"])
         errors = [r for r in mine if r["status"] == "error"]
         if errors or len(mine) < expected:
-            why = errors[0]["error"] if errors else f"{expected - len(mine)} of {expected} items gave no result"
+            why = errors[0]["error"] if errors else (
+                f"{expected - len(mine)} of {expected} items gave no result"
+                + (f" (the workers' output: {log})" if log else ""))
             print(f"onlinesm: error: {spec['name']}: {why}", file=sys.stderr)
             rows.append((spec["name"], spec["op"], "ERROR", why.replace("|", "/")))
             codes.append(2)
@@ -203,8 +207,29 @@ def _run_here(specs: list[dict[str, Any]], *, quiet: bool) -> list[dict[str, Any
     return records
 
 
-def _run_pytest(specs: list[dict[str, Any]], workers: int, *, quiet: bool) -> list[dict[str, Any]] | int:
-    """The items run by ``pytest -n workers``; their records, or exit code 2 (one line printed)."""
+class _Tee:
+    """A text stream that writes to several (pytest's output: the terminal and a log file)."""
+
+    def __init__(self, *streams: Any) -> None:
+        self.streams = streams
+
+    def write(self, text: str) -> int:
+        for stream in self.streams:
+            stream.write(text)
+        return len(text)
+
+    def flush(self) -> None:
+        for stream in self.streams:
+            stream.flush()
+
+    def isatty(self) -> bool:
+        return False
+
+
+def _run_pytest(specs: list[dict[str, Any]], workers: int, *,
+                quiet: bool) -> tuple[list[dict[str, Any]], Path] | int:
+    """The items run by ``pytest -n workers``: their records and the log of pytest's output
+    (kept whatever happens: a worker that crashes says why only there), or exit code 2."""
     try:
         import pytest
         import xdist  # noqa: F401
@@ -231,14 +256,11 @@ def _run_pytest(specs: list[dict[str, Any]], workers: int, *, quiet: bool) -> li
         argv += ["--dist", "load"] + [a for tx in tx_specs(workers, devices) for a in ("--tx", tx)]
     else:
         argv += ["-n", str(workers)]
-    sink = open(os.devnull, "w") if quiet else sys.stderr
-    try:
-        with contextlib.redirect_stdout(sink):
+    log = run_dir / "pytest.log"
+    with open(log, "w") as log_file:
+        streams = (log_file,) if quiet else (log_file, sys.stderr)
+        with contextlib.redirect_stdout(_Tee(*streams)):  # type: ignore[type-var]
             code = pytest.main(argv)
-    finally:
-        if quiet:
-            sink.close()
     if code not in (0, 1):
-        return _error(f"pytest could not run the items (exit {int(code)}); run "
-                      f"`pytest {' '.join(argv)}` to see why")
-    return read_records(results)
+        return _error(f"pytest could not run the items (exit {int(code)}); its output: {log}")
+    return read_records(results), log
