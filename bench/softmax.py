@@ -44,7 +44,7 @@ def variants(n: int, itemsize: int) -> list[tuple[str, dict[str, Any]]]:
     reports/h200/bench_softmax.md showed losing everywhere were dropped. Each name maps to the
     TUNING overrides that a PLAN_TABLE row would set to make it the default.
 
-    * ``chip chunks``: the on-chip kernel with the row held as up to 4 power-of-two chunks
+    * ``chip chunks``: the on-chip kernel with the row held as 3 power-of-two chunks
       (12288 = 3 x 4096, 3000 = 3 x 1024, 49152 = 3 x 16384) instead of padded to a power of
       two; fewer registers per program, so two programs share an SM (compiled offline for
       sm_90: 32 registers at bf16 12288, against 37 for the padded 16384 block). For 16-bit
@@ -57,7 +57,7 @@ def variants(n: int, itemsize: int) -> list[tuple[str, dict[str, Any]]]:
     out: list[tuple[str, dict[str, Any]]] = []
     chunked = dict(chip_chunked=True)
     pad = 1 << (n - 1).bit_length()  # the padded power-of-two width of the shipped plan
-    fewer = min(k * (1 << (-(-n // k) - 1).bit_length()) for k in (2, 3, 4)) < pad
+    fewer = 3 * (1 << (-(-n // 3) - 1).bit_length()) < pad
     if fewer and n <= (65536 if itemsize == 2 else 49152):  # chunks cover fewer columns
         out.append(("chip chunks", dict(path="on_chip", tuning=chunked)))
         if itemsize == 2 and 8192 < n <= 16384:

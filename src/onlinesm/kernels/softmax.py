@@ -138,7 +138,7 @@ def _softmax_on_chip_kernel(
     ROUND_BF16: tl.constexpr,  # interpreter only: see _to_output
     STAGES: tl.constexpr,  # > 1: persistent grid, the next rows' loads overlap this row's math
     ALIGNED: tl.constexpr,  # n_cols and both row strides are multiples of 16 (see _aligned)
-    CHUNKS: tl.constexpr = 1,  # 1..4 pieces of BLOCK_N per row: 12288 = 3 x 4096, not 16384
+    CHUNKS: tl.constexpr = 1,  # 1..3 pieces of BLOCK_N per row: 12288 = 3 x 4096, not 16384
     KEEP: tl.constexpr = False,  # hold x in its storage dtype, widen each use (fewer registers)
 ):
     if ALIGNED:
@@ -204,7 +204,7 @@ def _softmax_rows(x_ptr, y_ptr, blk, n_rows, n_cols, stride_xm, stride_ym, cols,
                   BLOCK_N: tl.constexpr, CHUNKS: tl.constexpr, KEEP: tl.constexpr):
     """Softmax of rows blk * ROWS ... blk * ROWS + ROWS - 1, each held whole in registers.
 
-    A row is CHUNKS tensors of BLOCK_N columns (x0 .. x3), so a length that is not a power of
+    A row is CHUNKS tensors of BLOCK_N columns (x0 .. x2), so a length that is not a power of
     two is covered by a few power-of-two pieces instead of padding to the next power of two
     (12288 = 3 x 4096: no idle quarter). Every chunk is loaded before any reduction: all of the
     row's bytes are in flight at once.
@@ -241,8 +241,6 @@ def _softmax_rows(x_ptr, y_ptr, blk, n_rows, n_cols, stride_xm, stride_ym, cols,
             x1 = _load_chunk(x_ptr, rows64, row_ok, n_cols, stride_xm, cols, 1, BLOCK_N, KEEP)
         if CHUNKS > 2:
             x2 = _load_chunk(x_ptr, rows64, row_ok, n_cols, stride_xm, cols, 2, BLOCK_N, KEEP)
-        if CHUNKS > 3:
-            x3 = _load_chunk(x_ptr, rows64, row_ok, n_cols, stride_xm, cols, 3, BLOCK_N, KEEP)
         # m: the row max = max over the chunks' maxima (max is exact in any dtype; a NaN that
         # tl.maximum drops still reaches d below through its own exp).
         m = tl.max(x0.to(tl.float32), axis=1)
@@ -250,8 +248,6 @@ def _softmax_rows(x_ptr, y_ptr, blk, n_rows, n_cols, stride_xm, stride_ym, cols,
             m = tl.maximum(m, tl.max(x1.to(tl.float32), axis=1))
         if CHUNKS > 2:
             m = tl.maximum(m, tl.max(x2.to(tl.float32), axis=1))
-        if CHUNKS > 3:
-            m = tl.maximum(m, tl.max(x3.to(tl.float32), axis=1))
         m_ref = tl.where(m == NEG_INF, 0.0, m)  # fully masked row: shift by 0, as above
         # d: the sum of every chunk's exp(x - m), all against the one row max (no rescaling).
         d = _chunk_sum(x0, m_ref)
@@ -259,8 +255,6 @@ def _softmax_rows(x_ptr, y_ptr, blk, n_rows, n_cols, stride_xm, stride_ym, cols,
             d += _chunk_sum(x1, m_ref)
         if CHUNKS > 2:
             d += _chunk_sum(x2, m_ref)
-        if CHUNKS > 3:
-            d += _chunk_sum(x3, m_ref)
         inv = _inverse(d, NAN_IF_EMPTY)
         # y: exp recomputed per chunk (one more exp per element, no fp32 copy of the row kept).
         _store_chunk(y_ptr, rows64, row_ok, n_cols, stride_ym, cols, x0, m_ref, inv, 0,
@@ -270,9 +264,6 @@ def _softmax_rows(x_ptr, y_ptr, blk, n_rows, n_cols, stride_xm, stride_ym, cols,
                          BLOCK_N, ROUND_BF16)
         if CHUNKS > 2:
             _store_chunk(y_ptr, rows64, row_ok, n_cols, stride_ym, cols, x2, m_ref, inv, 2,
-                         BLOCK_N, ROUND_BF16)
-        if CHUNKS > 3:
-            _store_chunk(y_ptr, rows64, row_ok, n_cols, stride_ym, cols, x3, m_ref, inv, 3,
                          BLOCK_N, ROUND_BF16)
 
 
@@ -472,7 +463,7 @@ TUNING: dict[str, Any] = {
     "split_programs_per_sm": 1,
     "max_spin": 1 << 20,  # ~1 s of polling: far beyond any real wait, short of a hang
     # Candidates for the H200 sweep (off by default until measured; bench/softmax.py --tune):
-    "chip_chunked": False,  # cover a row by up to 4 power-of-two chunks instead of padding
+    "chip_chunked": False,  # cover a row by 3 power-of-two chunks when that pads less
     "chip_keep_itemsizes": (),  # on-chip rows of these element sizes stay in storage dtype
     "chip_warps": 0,  # on-chip num_warps; 0: BLOCK_N * ROWS / (32 * elems_per_thread)
     "split_prefetch": False,  # split: load the next row's chunk before the wait
@@ -505,11 +496,14 @@ class Plan:
     prefetch: bool = False  # split: the next row's chunk is loaded before the wait
 
 
-def _chunking(n_cols: int, max_chunks: int = 4) -> tuple[int, int]:
-    """(block, chunks): the fewest padded columns covering n_cols by <= max_chunks power-of-two
-    blocks (fewer chunks on a tie). 12288 -> (4096, 3), 3000 -> (1024, 3), 1000 -> (1024, 1)."""
+def _chunking(n_cols: int) -> tuple[int, int]:
+    """(block, chunks): n_cols covered by 1 or 3 power-of-two blocks, whichever pads less.
+
+    12288 -> (4096, 3), 3000 -> (1024, 3), 1000 -> (1024, 1). Two or four blocks never pad
+    less than one (2 * 2**k covers what 2**(k+1) does), so three is the only other count.
+    """
     best = (max(16, _pow2(n_cols)), 1)
-    for k in range(2, max_chunks + 1):
+    for k in (3,):
         block = max(16, _pow2(-(-n_cols // k)))
         if block * k < best[0] * best[1]:
             best = (block, k)
