@@ -217,6 +217,9 @@ def test_plan_table_sets_the_auto_plan_for_its_range(monkeypatch):
     x = make(gaussian(3, 200, seed=3), torch.float32)
     assert sm.plan(200, itemsize=4, interpreted=True).path == "stream"
     check(x, softmax(x))
+    monkeypatch.setattr(sm, "PLAN_TABLE", [(4, 0, 1 << 30, dict(chip_chunked=True, chip_stages=2))])
+    assert sm._tuning(200, 4, "auto", None)["chip_stages"] == 2  # the launcher reads it too
+    check(x, softmax(x))
 
 
 @pytest.mark.parametrize("path", PATHS)

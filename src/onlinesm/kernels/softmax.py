@@ -382,9 +382,8 @@ def _softmax_split_kernel(
     lanes = tl.arange(0, SPLIT)
     if PREFETCH:
         # The first row's chunk; each iteration then loads the next one before it waits.
-        # (A row past the end reads nothing: its column limit is 0.)
         x_next = tl.load(x_ptr + group.to(tl.int64) * stride_xm + cols,
-                         mask=cols < tl.where(group < n_rows, n_cols, 0), other=NEG_INF,
+                         mask=col_ok & (group < n_rows), other=NEG_INF,
                          eviction_policy="evict_first")
     for row in range(group, n_rows, n_groups):
         row64 = row.to(tl.int64)
@@ -412,7 +411,7 @@ def _softmax_split_kernel(
             # registers).
             nxt = row + n_groups
             x_next = tl.load(x_ptr + nxt.to(tl.int64) * stride_xm + cols,
-                             mask=cols < tl.where(nxt < n_rows, n_cols, 0), other=NEG_INF,
+                             mask=col_ok & (nxt < n_rows), other=NEG_INF,  # none past the end
                              eviction_policy="evict_first")
         # Wait until all SPLIT chunks of this row are in (acquire: their writes become visible).
         seen = tl.atomic_add(count_ptr + row64, 0, sem="acquire")
@@ -474,10 +473,16 @@ TUNING: dict[str, Any] = {
 #: ``(itemsize, n_min, n_max, overrides)``, the first row with ``itemsize`` equal to the element
 #: size and ``n_min < n_cols <= n_max`` wins; a caller's ``tuning=`` still overrides it. Empty:
 #: the measured defaults above hold everywhere. Switching a range to a measured winner is one
-#: row, e.g. (the keys of bench/softmax.py's variants)::
+#: row; the rows for bench/softmax.py's --tune variants:
 #:
-#:     (2, 8192, 16384, dict(chip_chunked=True, chip_keep_itemsizes=(2,), chip_warps=16)),
-#:     (2, 32768, 65536, dict(max_on_chip=65536, chip_keep_itemsizes=(2,))),
+#:     (2, 2048, 16384, dict(chip_chunked=True)),                          # "chip chunks"
+#:     (2, 8192, 16384, dict(chip_chunked=True, chip_warps=16)),           # "chip chunks w16"
+#:     (2, 8192, 16384, dict(chip_chunked=True, min_elems_per_program=24576)),  # "... r2"
+#:     (2, 8192, 16384, dict(chip_chunked=True, chip_stages=2, chip_programs_per_sm=2)),  # s2
+#:     (2, 32768, 49152, dict(max_on_chip=49152, chip_chunked=True)),      # 49152 on chip
+#:     (4, 32768, 49152, dict(max_on_chip=49152, chip_chunked=True)),      # "chip chunks"
+#:     (4, 32768, 262144, dict(split_chunk=16384, split_prefetch=True)),   # "split ... pf"
+#:     (2, 32768, 262144, dict(split_itemsizes=(2, 4), split_chunk=16384, split_prefetch=True)),
 PLAN_TABLE: list[tuple[int, int, int, dict[str, Any]]] = []
 
 
@@ -514,6 +519,19 @@ def _pow2(n: int) -> int:
     return 1 << max(0, (int(n) - 1).bit_length())
 
 
+def _tuning(n_cols: int, itemsize: int, path: str, tuning: dict[str, Any] | None) -> dict[str, Any]:
+    """TUNING, then the PLAN_TABLE row of this size and length (``path="auto"`` only), then the
+    caller's overrides: what both :func:`plan` and the launcher read."""
+    t = dict(TUNING)
+    if path == "auto":
+        for size, n_min, n_max, overrides in PLAN_TABLE:
+            if size == itemsize and n_min < n_cols <= n_max:
+                t.update(overrides)
+                break
+    t.update(tuning or {})
+    return t
+
+
 def plan(
     n_cols: int,
     *,
@@ -529,13 +547,7 @@ def plan(
     ``path="auto"`` keeps rows of at most ``max_on_chip`` elements in registers, and streams
     longer rows (split across programs on the GPU, in tiles of ``tile`` under the interpreter).
     """
-    t = dict(TUNING)
-    if path == "auto":
-        for size, n_min, n_max, overrides in PLAN_TABLE:
-            if size == itemsize and n_min < n_cols <= n_max:
-                t.update(overrides)
-                break
-    t.update(tuning or {})
+    t = _tuning(n_cols, itemsize, path, tuning)
     limit = int(max_on_chip if max_on_chip is not None else t["max_on_chip"])
     if path == "auto":
         if n_cols <= limit:
@@ -635,19 +647,18 @@ def softmax(
         return y2.reshape(x.shape)
     p = plan(n_cols, path=path, max_on_chip=max_on_chip, tile=tile, tuning=tuning,
              itemsize=x.element_size())
+    t = _tuning(n_cols, x.element_size(), path, tuning)
     if p.path == "split" and path == "auto" and not INTERPRETED:
-        t = {**TUNING, **(tuning or {})}
         if p.split > _sm_count(x.device) * int(t["split_programs_per_sm"]):
             # More chunks than programs the GPU runs at once: they could not all wait for each
             # other. Stream instead.
-            p = plan(n_cols, path="stream", tile=tile, tuning=tuning, itemsize=x.element_size())
+            p = plan(n_cols, path="stream", tile=tile, tuning=t, itemsize=x.element_size())
     nan_if_empty = fully_masked == "nan"
     round_bf16 = INTERPRETED and x.dtype == torch.bfloat16
     aligned = _aligned(n_cols, x2.stride(0), y2.stride(0))
     if p.path == "on_chip":
         grid = (triton.cdiv(n_rows, p.rows_per_program),)
         if p.stages > 1 and not INTERPRETED:
-            t = {**TUNING, **(tuning or {})}
             grid = (min(grid[0], _sm_count(x.device) * int(t["chip_programs_per_sm"])),)
         _variant(_softmax_on_chip_kernel, _softmax_on_chip_specialised)[grid](
             x2, y2, n_rows, n_cols, x2.stride(0), y2.stride(0),
@@ -667,7 +678,6 @@ def softmax(
                 "path='split' needs programs running concurrently on a GPU; the interpreter runs "
                 "them one at a time. Use path='stream' (or 'auto') under TRITON_INTERPRET=1"
             )
-        t = {**TUNING, **(tuning or {})}
         slots = max(1, _sm_count(x.device) * int(t["split_programs_per_sm"]) // p.split)
         groups = min(n_rows, slots)
         part = torch.empty(n_rows * p.split * 2, dtype=torch.float32, device=x.device)
