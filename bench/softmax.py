@@ -24,7 +24,7 @@ from typing import Any, Callable
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import copy_gbps, gbps, markdown_table, time_ms, write_outputs  # noqa: E402
 
-NS = [1024, 4096, 12288, 32768, 65536, 131072, 262144]
+NS = [1000, 1024, 3000, 4096, 12288, 32768, 49152, 65536, 131072, 262144]
 
 
 def liger_softmax() -> Callable[[Any], Any] | None:
@@ -38,24 +38,38 @@ def liger_softmax() -> Callable[[Any], Any] | None:
 
 
 def variants(n: int, itemsize: int) -> list[tuple[str, dict[str, Any]]]:
-    """Launch variants timed with --tune (names are what the table prints)."""
+    """Launch variants timed with --tune (names are what the table prints).
+
+    Only candidates that can beat the shipped plan at this N: the variants the H200 table of
+    reports/h200/bench_softmax.md showed losing everywhere were dropped. Each name maps to the
+    TUNING overrides that a PLAN_TABLE row would set to make it the default.
+
+    * ``chip chunks``: the on-chip kernel with the row held as 3 power-of-two chunks
+      (12288 = 3 x 4096, 3000 = 3 x 1024, 49152 = 3 x 16384) instead of padded to a power of
+      two; fewer registers per program, so two programs share an SM (compiled offline for
+      sm_90: 32 registers at bf16 12288, against 37 for the padded 16384 block). For 16-bit
+      rows of >= 32768 the plan pipelines it (persistent grid, 3 stages), as it does today.
+    * ``chip chunks w16`` / ``r2`` / ``s2``: the same with 16 warps, two rows per program, or
+      the persistent grid with the next rows' loads pipelined (2 stages, 2 programs per SM).
+    * ``split c16384 w32 pf``: the split kernel with the next row's chunk loaded before the
+      wait for the partner programs (the SM keeps reading through the synchronisation).
+    """
     out: list[tuple[str, dict[str, Any]]] = []
-    if n <= 32768:
-        out.append(("chip ept32", dict(path="on_chip", tuning=dict(elems_per_thread=32))))
-        for stages, pps in ((2, 1), (2, 2), (3, 1)):
-            out.append((f"chip persist s{stages} p{pps}",
-                        dict(path="on_chip", tuning=dict(chip_stages=stages,
-                                                         chip_programs_per_sm=pps))))
-    else:
-        for tile, w in ((8192, 16), (16384, 32)):
-            out.append((f"stream t{tile} w{w}", dict(path="stream", tile=tile,
-                                                     tuning=dict(stream_warps=w))))
-        for chunk, w, pps in ((16384, 16, 2), (32768, 32, 1), (65536, 32, 1)):
-            if chunk * itemsize > 131072:
-                continue
-            out.append((f"split c{chunk} w{w} p{pps}",
-                        dict(path="split", tuning=dict(split_chunk=chunk, split_warps=w,
-                                                       split_programs_per_sm=pps))))
+    chunked = dict(chip_chunked=True)
+    pad = 1 << (n - 1).bit_length()  # the padded power-of-two width of the shipped plan
+    fewer = 3 * (1 << (-(-n // 3) - 1).bit_length()) < pad
+    if fewer and n <= (65536 if itemsize == 2 else 49152):  # chunks cover fewer columns
+        out.append(("chip chunks", dict(path="on_chip", tuning=chunked)))
+        if itemsize == 2 and 8192 < n <= 16384:
+            out.append(("chip chunks w16", dict(path="on_chip", tuning={**chunked, "chip_warps": 16})))
+            out.append(("chip chunks r2", dict(path="on_chip", tuning={
+                **chunked, "min_elems_per_program": 2 * n})))
+        if itemsize == 2 and 8192 < n <= 65536:
+            out.append(("chip chunks s2", dict(path="on_chip", tuning={
+                **chunked, "chip_stages": 2, "chip_programs_per_sm": 2})))
+    if n > 32768:
+        out.append(("split c16384 w32 pf", dict(path="split", tuning=dict(
+            split_chunk=16384, split_warps=32, split_programs_per_sm=1, split_prefetch=True))))
     return out
 
 

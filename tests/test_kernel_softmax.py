@@ -155,6 +155,73 @@ def test_persistent_pipelined_on_chip_grid(dtype):
         check(x, run(x, "on_chip", tuning=tuning))
 
 
+def test_chunking_covers_rows_with_fewer_padded_columns():
+    assert sm._chunking(12288) == (4096, 3)
+    assert sm._chunking(3000) == (1024, 3)
+    assert sm._chunking(49152) == (16384, 3)
+    assert sm._chunking(1000) == (1024, 1)  # 2 x 512 covers no fewer: one chunk
+    assert sm._chunking(4096) == (4096, 1)
+    for n in (1, 5, 17, 100, 1000, 3000, 5000, 12288, 40000):
+        block, chunks = sm._chunking(n)
+        assert block & (block - 1) == 0 and chunks in (1, 3) and block * chunks >= n
+
+
+# Chunked rows under the interpreter: short rows with a small BLOCK reach 1 and 3 chunks,
+# their ends and the -inf padding of the last chunk. KEEP (storage dtype) rides along.
+CHUNKED = [dict(chip_chunked=True), dict(chip_chunked=True, chip_keep_itemsizes=(2, 4))]
+
+
+@pytest.mark.parametrize("tuning", CHUNKED, ids=["chunks", "chunks keep"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_chunked_on_chip_rows(dtype, tuning):
+    for n in (17, 40, 48, 100, 192, 200, 255):
+        p = sm.plan(n, path="on_chip", tuning=tuning, itemsize=torch.empty(0, dtype=dtype).element_size())
+        assert p.block * p.chunks >= n and p.chunks == sm._chunking(n)[1]
+        x = gaussian(5, n, seed=n)
+        x[1, : n // 2 + 1] = NEG_INF  # a prefix across chunk boundaries
+        x[2] = NEG_INF  # fully masked
+        x[3] = -1e31 * (1 + np.random.default_rng(n).random(n)) if dtype != torch.float16 else -6e4
+        x[4, -1] = 80.0 if dtype != torch.float16 else 11.0  # the max in the last chunk's tail
+        t = make(x, dtype)
+        for fm in ("zeros", "nan"):
+            check(t, run(t, "on_chip", tuning=tuning, fully_masked=fm), fm)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_chunked_rows_packed_and_persistent(dtype):
+    x = make(gaussian(9, 96, seed=21), dtype)  # 96 = 3 x 32: three chunks per row
+    for extra in (dict(min_elems_per_program=256), dict(chip_stages=2, chip_programs_per_sm=2),
+                  dict(chip_warps=2)):
+        tuning = {**CHUNKED[1], **extra}
+        check(x, run(x, "on_chip", tuning=tuning))
+
+
+def test_chunked_rows_propagate_nan_and_posinf():
+    x = torch.randn(3, 100)
+    x[0, 99] = float("nan")  # in the last chunk
+    x[1, 3] = float("inf")  # in the first
+    y = softmax(x, path="on_chip", tuning=CHUNKED[1])
+    assert torch.isnan(y[0]).all() and torch.isnan(y[1]).all() and torch.isfinite(y[2]).all()
+
+
+def test_plan_table_sets_the_auto_plan_for_its_range(monkeypatch):
+    row = (2, 8192, 16384, dict(chip_chunked=True, chip_warps=16))
+    monkeypatch.setattr(sm, "PLAN_TABLE", [row])
+    p = sm.plan(12288, itemsize=2, interpreted=False)
+    assert (p.path, p.block, p.chunks, p.num_warps) == ("on_chip", 4096, 3, 16)
+    assert sm.plan(12288, itemsize=4).chunks == 1  # another element size: untouched
+    assert sm.plan(4096, itemsize=2).chunks == 1  # outside the range: untouched
+    assert sm.plan(12288, itemsize=2, tuning=dict(chip_warps=8)).num_warps == 8  # caller wins
+    assert sm.plan(12288, itemsize=2, path="on_chip").chunks == 1  # a forced path: no table
+    monkeypatch.setattr(sm, "PLAN_TABLE", [(4, 0, 1 << 30, dict(max_on_chip=128))])
+    x = make(gaussian(3, 200, seed=3), torch.float32)
+    assert sm.plan(200, itemsize=4, interpreted=True).path == "stream"
+    check(x, softmax(x))
+    monkeypatch.setattr(sm, "PLAN_TABLE", [(4, 0, 1 << 30, dict(chip_chunked=True, chip_stages=2))])
+    assert sm._tuning(200, 4, "auto", None)["chip_stages"] == 2  # the launcher reads it too
+    check(x, softmax(x))
+
+
 @pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_masks_prefix_longer_than_a_tile_suffix_scattered(dtype, path):
@@ -332,3 +399,33 @@ def test_gpu_many_rows_split_grid_is_persistent():
     # More rows than the persistent grid has groups: every group loops over several rows.
     t = make(gaussian(1000, 70_000, seed=13), torch.bfloat16)
     check(t, softmax(t, path="split"))
+
+
+@gpu
+@requires_cuda
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("n", [12288, 49152, 65536 + 3])
+def test_gpu_sweep_candidates(dtype, n):
+    # The variants bench/softmax.py --tune times, on the rows that break kernels.
+    x = gaussian(6, n, scale=4.0, seed=n)
+    x[1, : n // 2] = NEG_INF
+    x[2] = NEG_INF
+    x[3] = -1e31 * (1 + np.random.default_rng(n).random(n)) if dtype != torch.float16 else -6e4
+    t = make(x, dtype)
+    cases = [dict(path="on_chip", tuning=CHUNKED[0]), dict(path="on_chip", tuning=CHUNKED[1]),
+             dict(path="on_chip", tuning=dict(chip_chunked=True, chip_stages=2,
+                                              chip_programs_per_sm=2))]
+    for pf, keep in ((True, ()), (False, (2, 4)), (True, (2, 4))):
+        cases.append(dict(path="split", tuning=dict(split_chunk=16384, split_prefetch=pf,
+                                                    split_keep_itemsizes=keep)))
+    for kw in cases:
+        for fm in ("zeros", "nan"):
+            check(t, softmax(t, fully_masked=fm, **kw), fm)
+
+
+@gpu
+@requires_cuda
+def test_gpu_split_prefetch_crosses_rows():
+    # More rows than groups: the prefetched chunk of the next row, and none past the last row.
+    t = make(gaussian(1001, 70_000, seed=17), torch.float32)
+    check(t, softmax(t, path="split", tuning=dict(split_chunk=16384, split_prefetch=True)))

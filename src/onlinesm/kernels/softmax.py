@@ -132,12 +132,14 @@ def _to_output(y, out_ptr, ROUND_BF16: tl.constexpr):
 @triton.jit(do_not_specialize=SOFTMAX_DO_NOT_SPECIALIZE)
 def _softmax_on_chip_kernel(
     x_ptr, y_ptr, n_rows, n_cols, stride_xm, stride_ym,
-    BLOCK_N: tl.constexpr,  # power of two >= n_cols: one program sees whole rows
+    BLOCK_N: tl.constexpr,  # power of two; CHUNKS * BLOCK_N >= n_cols: one program sees whole rows
     ROWS: tl.constexpr,  # rows per program (short rows are packed so a program has enough work)
     NAN_IF_EMPTY: tl.constexpr,  # fully masked row -> NaN (True) or zeros (False)
     ROUND_BF16: tl.constexpr,  # interpreter only: see _to_output
     STAGES: tl.constexpr,  # > 1: persistent grid, the next rows' loads overlap this row's math
     ALIGNED: tl.constexpr,  # n_cols and both row strides are multiples of 16 (see _aligned)
+    CHUNKS: tl.constexpr = 1,  # 1..3 pieces of BLOCK_N per row: 12288 = 3 x 4096, not 16384
+    KEEP: tl.constexpr = False,  # hold x in its storage dtype, widen each use (fewer registers)
 ):
     if ALIGNED:
         # Sizes and strides are not specialised (SOFTMAX_DO_NOT_SPECIALIZE); the launcher checked
@@ -154,47 +156,131 @@ def _softmax_on_chip_kernel(
     cols = tl.arange(0, BLOCK_N)  # [BLOCK_N] unit column stride (the launcher made it so)
     if STAGES == 1:
         _softmax_rows(x_ptr, y_ptr, tl.program_id(0), n_rows, n_cols, stride_xm, stride_ym, cols,
-                      ROWS, NAN_IF_EMPTY, ROUND_BF16)
+                      ROWS, NAN_IF_EMPTY, ROUND_BF16, BLOCK_N, CHUNKS, KEEP)
     else:
         for blk in tl.range(tl.program_id(0), n_blocks, tl.num_programs(0), num_stages=STAGES):
             _softmax_rows(x_ptr, y_ptr, blk, n_rows, n_cols, stride_xm, stride_ym, cols,
-                          ROWS, NAN_IF_EMPTY, ROUND_BF16)
+                          ROWS, NAN_IF_EMPTY, ROUND_BF16, BLOCK_N, CHUNKS, KEEP)
+
+
+@triton.jit
+def _load_chunk(x_ptr, rows64, row_ok, n_cols, stride_xm, cols, k: tl.constexpr,
+                BLOCK_N: tl.constexpr, KEEP: tl.constexpr):
+    """Chunk k (columns k * BLOCK_N + cols) of the rows, -inf past the row's end.
+
+    Padding lanes read -inf: exp(-inf) = 0, so they add nothing to d and cannot raise the max.
+    KEEP leaves the values in the storage dtype (a bf16 pair per register); otherwise they are
+    widened to fp32 at once (the interpreter has no bf16 arithmetic, so every use widens too).
+    """
+    c = k * BLOCK_N + cols
+    mask = row_ok[:, None] & (c < n_cols)[None, :]
+    x = tl.load(x_ptr + rows64[:, None] * stride_xm + c[None, :], mask=mask, other=NEG_INF)
+    if not KEEP:
+        x = x.to(tl.float32)
+    return x
+
+
+@triton.jit
+def _chunk_sum(x, m_ref):
+    """sum over the chunk of exp(x - m) as exp2((x - m) * log2 e): subtract first (exact near the
+    max, no overflow), then scale."""
+    return tl.sum(tl.exp2((x.to(tl.float32) - m_ref[:, None]) * 1.4426950408889634), axis=1)
+
+
+@triton.jit
+def _store_chunk(y_ptr, rows64, row_ok, n_cols, stride_ym, cols, x, m_ref, inv,
+                 k: tl.constexpr, BLOCK_N: tl.constexpr, ROUND_BF16: tl.constexpr):
+    """y = exp(x - m) * (1 / d) for chunk k (the exp is recomputed: x is all that was kept)."""
+    c = k * BLOCK_N + cols
+    mask = row_ok[:, None] & (c < n_cols)[None, :]
+    e = tl.exp2((x.to(tl.float32) - m_ref[:, None]) * 1.4426950408889634)  # log2(e)
+    tl.store(y_ptr + rows64[:, None] * stride_ym + c[None, :],
+             _to_output(e * inv[:, None], y_ptr, ROUND_BF16), mask=mask)
 
 
 @triton.jit
 def _softmax_rows(x_ptr, y_ptr, blk, n_rows, n_cols, stride_xm, stride_ym, cols,
-                  ROWS: tl.constexpr, NAN_IF_EMPTY: tl.constexpr, ROUND_BF16: tl.constexpr):
-    """Softmax of rows blk * ROWS ... blk * ROWS + ROWS - 1, each held whole in registers."""
+                  ROWS: tl.constexpr, NAN_IF_EMPTY: tl.constexpr, ROUND_BF16: tl.constexpr,
+                  BLOCK_N: tl.constexpr, CHUNKS: tl.constexpr, KEEP: tl.constexpr):
+    """Softmax of rows blk * ROWS ... blk * ROWS + ROWS - 1, each held whole in registers.
+
+    A row is CHUNKS tensors of BLOCK_N columns (x0 .. x2), so a length that is not a power of
+    two is covered by a few power-of-two pieces instead of padding to the next power of two
+    (12288 = 3 x 4096: no idle quarter). Every chunk is loaded before any reduction: all of the
+    row's bytes are in flight at once.
+    """
     rows = blk * ROWS + tl.arange(0, ROWS)  # [ROWS] the rows of this block
-    mask = (rows < n_rows)[:, None] & (cols < n_cols)[None, :]
+    row_ok = rows < n_rows
     rows64 = rows.to(tl.int64)  # row * stride can pass 2**31 on big tensors
-    # Load the whole row once. Padding lanes read -inf: exp(-inf) = 0, so they add nothing to d
-    # and cannot raise the max. Cast to fp32 at once (the interpreter has no bf16 arithmetic).
-    x = tl.load(x_ptr + rows64[:, None] * stride_xm + cols[None, :], mask=mask, other=NEG_INF)
-    x = x.to(tl.float32)
-    # m: the row max, the shift that keeps every exp <= 1 (no overflow, safe softmax).
-    m = tl.max(x, axis=1)
-    # A fully masked row has m = -inf, and x - m would be -inf - -inf = NaN. Shift by 0 instead:
-    # exp(-inf - 0) = 0 exactly, so the row's d is 0 and the convention below decides.
-    m_ref = tl.where(m == NEG_INF, 0.0, m)
-    # e = exp(x - m) as exp2((x - m) * log2 e): subtract first (exact near the max, no overflow).
-    e = tl.exp2((x - m_ref[:, None]) * 1.4426950408889634)  # log2(e)
-    # d: the denominator, >= 1 for any row with a finite entry (its max contributes exp(0) = 1).
-    d = tl.sum(e, axis=1)
-    # One division per row, then multiplies: one extra rounding (u32), far cheaper than N divs.
-    # d == 0 only for a fully masked row; a NaN d (NaN or +inf in the row) must stay NaN, so
-    # test d == 0, not d > 0.
+    if CHUNKS == 1 and not KEEP:
+        # The plain form: one tensor, widened once, e kept from the sum to the store.
+        mask = row_ok[:, None] & (cols < n_cols)[None, :]
+        x = tl.load(x_ptr + rows64[:, None] * stride_xm + cols[None, :], mask=mask, other=NEG_INF)
+        x = x.to(tl.float32)
+        # m: the row max, the shift that keeps every exp <= 1 (no overflow, safe softmax).
+        m = tl.max(x, axis=1)
+        # A fully masked row has m = -inf, and x - m would be -inf - -inf = NaN. Shift by 0
+        # instead: exp(-inf - 0) = 0 exactly, so the row's d is 0 and the convention below decides.
+        m_ref = tl.where(m == NEG_INF, 0.0, m)
+        # e = exp(x - m) as exp2((x - m) * log2 e): subtract first (exact near the max, no overflow).
+        e = tl.exp2((x - m_ref[:, None]) * 1.4426950408889634)  # log2(e)
+        # d: the denominator, >= 1 for any row with a finite entry (its max gives exp(0) = 1).
+        d = tl.sum(e, axis=1)
+        inv = _inverse(d, NAN_IF_EMPTY)
+        y = e * inv[:, None]
+        tl.store(
+            y_ptr + rows64[:, None] * stride_ym + cols[None, :],
+            _to_output(y, y_ptr, ROUND_BF16),
+            mask=mask,
+        )
+    else:
+        # Chunked (or kept in the storage dtype): the same arithmetic, one chunk at a time.
+        # Load every chunk first, so the whole row is in flight together.
+        x0 = _load_chunk(x_ptr, rows64, row_ok, n_cols, stride_xm, cols, 0, BLOCK_N, KEEP)
+        if CHUNKS > 1:
+            x1 = _load_chunk(x_ptr, rows64, row_ok, n_cols, stride_xm, cols, 1, BLOCK_N, KEEP)
+        if CHUNKS > 2:
+            x2 = _load_chunk(x_ptr, rows64, row_ok, n_cols, stride_xm, cols, 2, BLOCK_N, KEEP)
+        # m: the row max = max over the chunks' maxima (max is exact in any dtype; a NaN that
+        # tl.maximum drops still reaches d below through its own exp).
+        m = tl.max(x0.to(tl.float32), axis=1)
+        if CHUNKS > 1:
+            m = tl.maximum(m, tl.max(x1.to(tl.float32), axis=1))
+        if CHUNKS > 2:
+            m = tl.maximum(m, tl.max(x2.to(tl.float32), axis=1))
+        m_ref = tl.where(m == NEG_INF, 0.0, m)  # fully masked row: shift by 0, as above
+        # d: the sum of every chunk's exp(x - m), all against the one row max (no rescaling).
+        d = _chunk_sum(x0, m_ref)
+        if CHUNKS > 1:
+            d += _chunk_sum(x1, m_ref)
+        if CHUNKS > 2:
+            d += _chunk_sum(x2, m_ref)
+        inv = _inverse(d, NAN_IF_EMPTY)
+        # y: exp recomputed per chunk (one more exp per element, no fp32 copy of the row kept).
+        _store_chunk(y_ptr, rows64, row_ok, n_cols, stride_ym, cols, x0, m_ref, inv, 0,
+                     BLOCK_N, ROUND_BF16)
+        if CHUNKS > 1:
+            _store_chunk(y_ptr, rows64, row_ok, n_cols, stride_ym, cols, x1, m_ref, inv, 1,
+                         BLOCK_N, ROUND_BF16)
+        if CHUNKS > 2:
+            _store_chunk(y_ptr, rows64, row_ok, n_cols, stride_ym, cols, x2, m_ref, inv, 2,
+                         BLOCK_N, ROUND_BF16)
+
+
+@triton.jit
+def _inverse(d, NAN_IF_EMPTY: tl.constexpr):
+    """1 / d, and the fully-masked convention where d == 0.
+
+    One division per row, then multiplies: one extra rounding (u32), far cheaper than N divs.
+    d == 0 only for a fully masked row; a NaN d (NaN or +inf in the row) must stay NaN, so test
+    d == 0, not d > 0.
+    """
     d_safe = tl.where(d == 0.0, 1.0, d)  # no 1/0 computed, even in the untaken branch
     if NAN_IF_EMPTY:
         inv = tl.where(d == 0.0, float("nan"), 1.0 / d_safe)
     else:
         inv = tl.where(d == 0.0, 0.0, 1.0 / d_safe)
-    y = e * inv[:, None]
-    tl.store(
-        y_ptr + rows64[:, None] * stride_ym + cols[None, :],
-        _to_output(y, y_ptr, ROUND_BF16),
-        mask=mask,
-    )
+    return inv
 
 
 # --------------------------------------------------------------------------------------------
@@ -274,6 +360,8 @@ def _softmax_split_kernel(
     NAN_IF_EMPTY: tl.constexpr,
     MAX_SPIN: tl.constexpr,  # bound on the wait for the other chunks (then NaN, never a hang)
     ALIGNED: tl.constexpr,  # n_cols and both row strides are multiples of 16 (see _aligned)
+    PREFETCH: tl.constexpr = False,  # load the next row's chunk before waiting on this one's
+    KEEP: tl.constexpr = False,  # hold the chunk in its storage dtype (half the registers in bf16)
 ):
     if ALIGNED:
         # Sizes and strides are not specialised (SOFTMAX_DO_NOT_SPECIALIZE); the launcher checked
@@ -292,22 +380,39 @@ def _softmax_split_kernel(
     cols = chunk * CHUNK + tl.arange(0, CHUNK)
     col_ok = cols < n_cols
     lanes = tl.arange(0, SPLIT)
+    if PREFETCH:
+        # The first row's chunk; each iteration then loads the next one before it waits.
+        x_next = tl.load(x_ptr + group.to(tl.int64) * stride_xm + cols,
+                         mask=col_ok & (group < n_rows), other=NEG_INF,
+                         eviction_policy="evict_first")
     for row in range(group, n_rows, n_groups):
         row64 = row.to(tl.int64)
         # The chunk is read once and stays in registers until it is written.
-        x = tl.load(x_ptr + row64 * stride_xm + cols, mask=col_ok, other=NEG_INF,
-                    eviction_policy="evict_first")
-        x = x.to(tl.float32)
+        if PREFETCH:
+            x = x_next
+        else:
+            x = tl.load(x_ptr + row64 * stride_xm + cols, mask=col_ok, other=NEG_INF,
+                        eviction_policy="evict_first")
+        if not KEEP:
+            x = x.to(tl.float32)  # widen once; KEEP widens at each use instead
         # This chunk's (m_c, d_c), exactly as in kernel 1.
-        m_c = tl.max(x, axis=0)
+        m_c = tl.max(x.to(tl.float32), axis=0)
         m_c_ref = tl.where(m_c == NEG_INF, 0.0, m_c)
-        d_c = tl.sum(tl.exp2((x - m_c_ref) * 1.4426950408889634), axis=0)  # log2(e)
+        d_c = tl.sum(tl.exp2((x.to(tl.float32) - m_c_ref) * 1.4426950408889634), axis=0)  # log2(e)
         # Publish (m_c, d_c), then count this chunk in. The release orders the two writes before
         # the count: whoever sees the count also sees the values.
         slot = part_ptr + (row64 * SPLIT + chunk) * 2
         tl.atomic_xchg(slot, m_c, sem="relaxed")
         tl.atomic_xchg(slot + 1, d_c, sem="relaxed")
         tl.atomic_add(count_ptr + row64, 1, sem="release")
+        if PREFETCH:
+            # Put the next row's bytes in flight now: they arrive while this program waits for
+            # its partners, instead of the SM idling through the wait (costs a second chunk of
+            # registers).
+            nxt = row + n_groups
+            x_next = tl.load(x_ptr + nxt.to(tl.int64) * stride_xm + cols,
+                             mask=col_ok & (nxt < n_rows), other=NEG_INF,  # none past the end
+                             eviction_policy="evict_first")
         # Wait until all SPLIT chunks of this row are in (acquire: their writes become visible).
         seen = tl.atomic_add(count_ptr + row64, 0, sem="acquire")
         spins = 0
@@ -327,7 +432,7 @@ def _softmax_split_kernel(
             inv = tl.where(d == 0.0, float("nan"), 1.0 / d_safe)
         else:
             inv = tl.where(d == 0.0, 0.0, 1.0 / d_safe)
-        e = tl.exp2((x - m_ref) * 1.4426950408889634)  # log2(e)
+        e = tl.exp2((x.to(tl.float32) - m_ref) * 1.4426950408889634)  # log2(e)
         tl.store(y_ptr + row64 * stride_ym + cols, (e * inv).to(y_ptr.dtype.element_ty),
                  mask=col_ok)
 
@@ -356,7 +461,29 @@ TUNING: dict[str, Any] = {
     "split_warps": 32,
     "split_programs_per_sm": 1,
     "max_spin": 1 << 20,  # ~1 s of polling: far beyond any real wait, short of a hang
+    # Candidates for the H200 sweep (off by default until measured; bench/softmax.py --tune):
+    "chip_chunked": False,  # cover a row by 3 power-of-two chunks when that pads less
+    "chip_keep_itemsizes": (),  # on-chip rows of these element sizes stay in storage dtype
+    "chip_warps": 0,  # on-chip num_warps; 0: BLOCK_N * ROWS / (32 * elems_per_thread)
+    "split_prefetch": False,  # split: load the next row's chunk before the wait
+    "split_keep_itemsizes": (),  # split chunks of these element sizes stay in storage dtype
 }
+
+#: Per-range overrides of :data:`TUNING` that :func:`plan` applies for ``path="auto"``: rows of
+#: ``(itemsize, n_min, n_max, overrides)``, the first row with ``itemsize`` equal to the element
+#: size and ``n_min < n_cols <= n_max`` wins; a caller's ``tuning=`` still overrides it. Empty:
+#: the measured defaults above hold everywhere. Switching a range to a measured winner is one
+#: row; the rows for bench/softmax.py's --tune variants:
+#:
+#:     (2, 2048, 16384, dict(chip_chunked=True)),                          # "chip chunks"
+#:     (2, 8192, 16384, dict(chip_chunked=True, chip_warps=16)),           # "chip chunks w16"
+#:     (2, 8192, 16384, dict(chip_chunked=True, min_elems_per_program=24576)),  # "... r2"
+#:     (2, 8192, 16384, dict(chip_chunked=True, chip_stages=2, chip_programs_per_sm=2)),  # s2
+#:     (2, 32768, 49152, dict(max_on_chip=49152, chip_chunked=True)),      # 49152 on chip
+#:     (4, 32768, 49152, dict(max_on_chip=49152, chip_chunked=True)),      # "chip chunks"
+#:     (4, 32768, 262144, dict(split_chunk=16384, split_prefetch=True)),   # "split ... pf"
+#:     (2, 32768, 262144, dict(split_itemsizes=(2, 4), split_chunk=16384, split_prefetch=True)),
+PLAN_TABLE: list[tuple[int, int, int, dict[str, Any]]] = []
 
 
 @dataclasses.dataclass(frozen=True)
@@ -369,10 +496,40 @@ class Plan:
     split: int = 1
     num_warps: int = 4
     stages: int = 1  # on_chip: > 1 means a persistent, software-pipelined grid
+    chunks: int = 1  # on_chip: the row is chunks x block columns (block a power of two)
+    keep: bool = False  # on_chip / split: x held in its storage dtype, widened at each use
+    prefetch: bool = False  # split: the next row's chunk is loaded before the wait
+
+
+def _chunking(n_cols: int) -> tuple[int, int]:
+    """(block, chunks): n_cols covered by 1 or 3 power-of-two blocks, whichever pads less.
+
+    12288 -> (4096, 3), 3000 -> (1024, 3), 1000 -> (1024, 1). Two or four blocks never pad
+    less than one (2 * 2**k covers what 2**(k+1) does), so three is the only other count.
+    """
+    best = (max(16, _pow2(n_cols)), 1)
+    for k in (3,):
+        block = max(16, _pow2(-(-n_cols // k)))
+        if block * k < best[0] * best[1]:
+            best = (block, k)
+    return best
 
 
 def _pow2(n: int) -> int:
     return 1 << max(0, (int(n) - 1).bit_length())
+
+
+def _tuning(n_cols: int, itemsize: int, path: str, tuning: dict[str, Any] | None) -> dict[str, Any]:
+    """TUNING, then the PLAN_TABLE row of this size and length (``path="auto"`` only), then the
+    caller's overrides: what both :func:`plan` and the launcher read."""
+    t = dict(TUNING)
+    if path == "auto":
+        for size, n_min, n_max, overrides in PLAN_TABLE:
+            if size == itemsize and n_min < n_cols <= n_max:
+                t.update(overrides)
+                break
+    t.update(tuning or {})
+    return t
 
 
 def plan(
@@ -390,7 +547,7 @@ def plan(
     ``path="auto"`` keeps rows of at most ``max_on_chip`` elements in registers, and streams
     longer rows (split across programs on the GPU, in tiles of ``tile`` under the interpreter).
     """
-    t = {**TUNING, **(tuning or {})}
+    t = _tuning(n_cols, itemsize, path, tuning)
     limit = int(max_on_chip if max_on_chip is not None else t["max_on_chip"])
     if path == "auto":
         if n_cols <= limit:
@@ -400,20 +557,25 @@ def plan(
         else:
             path = "stream"
     if path == "on_chip":
-        block = max(16, _pow2(n_cols))
-        rows = max(1, min(64, int(t["min_elems_per_program"]) // block))
-        warps = block * rows // (32 * int(t["elems_per_thread"]))
+        block, chunks = _chunking(n_cols) if t["chip_chunked"] else (max(16, _pow2(n_cols)), 1)
+        width = block * chunks
+        rows = max(1, min(64, int(t["min_elems_per_program"]) // width))
+        rows = 1 << (rows.bit_length() - 1)  # a power of two (tl.arange), rounded down
+        warps = int(t["chip_warps"]) or width * rows // (32 * int(t["elems_per_thread"]))
         warps = max(1, min(32, _pow2(max(1, warps))))
         stages = int(t["chip_stages"])
-        if stages == 1 and itemsize == 2 and block >= int(t["chip_pipelined_block_16bit"]):
+        if stages == 1 and itemsize == 2 and width >= int(t["chip_pipelined_block_16bit"]):
             stages = int(t["chip_pipelined_stages"])
-        return Plan("on_chip", block, rows, 1, warps, stages)
+        keep = itemsize in tuple(t["chip_keep_itemsizes"])
+        return Plan("on_chip", block, rows, 1, warps, stages, chunks, keep)
     if path == "stream":
         block = _pow2(tile if tile is not None else t["stream_tile"])
         return Plan("stream", max(16, block), 1, 1, int(t["stream_warps"]))
     if path == "split":
         chunk = _pow2(tile if tile is not None else min(int(t["split_chunk"]), _pow2(n_cols)))
-        return Plan("split", chunk, 1, _pow2(triton.cdiv(n_cols, chunk)), int(t["split_warps"]))
+        return Plan("split", chunk, 1, _pow2(triton.cdiv(n_cols, chunk)), int(t["split_warps"]),
+                    keep=itemsize in tuple(t["split_keep_itemsizes"]),
+                    prefetch=bool(t["split_prefetch"]))
     raise ValueError(f"path={path!r} is not one of {PATHS}; use 'auto' unless testing a kernel")
 
 
@@ -485,24 +647,24 @@ def softmax(
         return y2.reshape(x.shape)
     p = plan(n_cols, path=path, max_on_chip=max_on_chip, tile=tile, tuning=tuning,
              itemsize=x.element_size())
+    t = _tuning(n_cols, x.element_size(), path, tuning)
     if p.path == "split" and path == "auto" and not INTERPRETED:
-        t = {**TUNING, **(tuning or {})}
         if p.split > _sm_count(x.device) * int(t["split_programs_per_sm"]):
             # More chunks than programs the GPU runs at once: they could not all wait for each
             # other. Stream instead.
-            p = plan(n_cols, path="stream", tile=tile, tuning=tuning, itemsize=x.element_size())
+            p = plan(n_cols, path="stream", tile=tile, tuning=t, itemsize=x.element_size())
     nan_if_empty = fully_masked == "nan"
     round_bf16 = INTERPRETED and x.dtype == torch.bfloat16
     aligned = _aligned(n_cols, x2.stride(0), y2.stride(0))
     if p.path == "on_chip":
         grid = (triton.cdiv(n_rows, p.rows_per_program),)
         if p.stages > 1 and not INTERPRETED:
-            t = {**TUNING, **(tuning or {})}
             grid = (min(grid[0], _sm_count(x.device) * int(t["chip_programs_per_sm"])),)
         _variant(_softmax_on_chip_kernel, _softmax_on_chip_specialised)[grid](
             x2, y2, n_rows, n_cols, x2.stride(0), y2.stride(0),
             BLOCK_N=p.block, ROWS=p.rows_per_program, NAN_IF_EMPTY=nan_if_empty,
-            ROUND_BF16=round_bf16, STAGES=p.stages, ALIGNED=aligned, num_warps=p.num_warps,
+            ROUND_BF16=round_bf16, STAGES=p.stages, ALIGNED=aligned, CHUNKS=p.chunks,
+            KEEP=p.keep, num_warps=p.num_warps,
         )
     elif p.path == "stream":
         _softmax_stream_kernel[(n_rows,)](
@@ -516,7 +678,6 @@ def softmax(
                 "path='split' needs programs running concurrently on a GPU; the interpreter runs "
                 "them one at a time. Use path='stream' (or 'auto') under TRITON_INTERPRET=1"
             )
-        t = {**TUNING, **(tuning or {})}
         slots = max(1, _sm_count(x.device) * int(t["split_programs_per_sm"]) // p.split)
         groups = min(n_rows, slots)
         part = torch.empty(n_rows * p.split * 2, dtype=torch.float32, device=x.device)
@@ -524,7 +685,8 @@ def softmax(
         _variant(_softmax_split_kernel, _softmax_split_specialised)[(groups * p.split,)](
             x2, y2, part, count, n_rows, n_cols, x2.stride(0), y2.stride(0),
             CHUNK=p.block, SPLIT=p.split, NAN_IF_EMPTY=nan_if_empty,
-            MAX_SPIN=int(t["max_spin"]), ALIGNED=aligned, num_warps=p.num_warps,
+            MAX_SPIN=int(t["max_spin"]), ALIGNED=aligned, PREFETCH=p.prefetch, KEEP=p.keep,
+            num_warps=p.num_warps,
         )
     return y2.reshape(x.shape)
 
