@@ -38,7 +38,13 @@ cp.async-pipelined K/V tiles feeding wgmma, autotuned tiles (``ONLINESM_ATTENTIO
 Compilations: each distinct constexpr combination is one compilation, and the per-shape
 integers (sizes, strides) are declared in ``do_not_specialize`` (``ATTN_DO_NOT_SPECIALIZE``),
 so a check over many shapes compiles once per dtype x head dim x causal x mask case, not once
-per shape. No TMA or warp specialisation (see the H200 report).
+per shape.
+
+Variants (``VARIANTS``, chosen with ``ONLINESM_ATTENTION_VARIANT``; default
+``DEFAULT_VARIANT = "base"``): ``tma`` loads Q/K/V through device-side tensor descriptors
+(TMA on sm_90+), ``tma_ws`` also warp-specialises the unmasked hot loop, ``ws`` warp-
+specialises with pointer loads. Same numbers as ``base``; inputs a variant cannot take
+(fp32, padded D, unaligned) silently run ``base`` (``resolve_variant``).
 
 Example:
     >>> import torch
