@@ -294,3 +294,74 @@ def _gpu_case(dtype: Any, case: tuple) -> None:
     _check(o, lse, *_bounds(q, k, v, dtype, mask=mask, causal=causal, causal_align=align))
     o2, lse2 = attention(q, k, v, mask=mask, causal=causal, causal_align=align, return_lse=True)
     assert torch.equal(o, o2) and torch.equal(lse, lse2), "not deterministic"
+
+
+# --------------------------------------------------------------------------------------------
+# Kernel variants (VARIANTS): same numbers as base, other load / loop machinery
+# --------------------------------------------------------------------------------------------
+
+# D, Sq, Sk, causal, causal_align, Hkv, masked: D a power of two (tensor descriptors need it),
+# ragged tails on both sides, both causal alignments, GQA, a mask with an empty query row.
+VARIANT_CASES = [
+    (16, 20, 33, False, "top-left", 2, False),
+    (32, 21, 37, True, "top-left", 1, False),
+    (64, 19, 45, True, "bottom-right", 2, False),
+    (32, 40, 23, True, "bottom-right", 1, True),
+]
+
+
+@pytest.mark.parametrize("variant", ["tma", "tma_ws", "ws"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bfloat16", "float16"])
+@pytest.mark.parametrize("case", VARIANT_CASES, ids=lambda c: f"D{c[0]}-{c[1]}x{c[2]}-{c[4]}")
+def test_variant_matches_oracle_and_base(
+    variant: str, dtype: Any, case: tuple, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    mod = sys.modules["onlinesm.kernels.attention"]
+    D, Sq, Sk, causal, align, Hkv, masked = case
+    q, k, v = _inputs((2, 2, Sq, D), (2, Hkv, Sk, D), dtype, seed=Sq * D)
+    mask = None
+    if masked:
+        g = torch.Generator().manual_seed(3)
+        mask = torch.rand(2, 1, Sq, Sk, generator=g) > 0.4
+        mask[:, :, 5] = False  # one empty query row
+        mask = mask.to(DEVICE)
+    if INTERPRET or mod.resolve_variant(variant, q, k, v, aligned=True, even_d=True) != "base":
+        # The variant really runs here (not the silent fallback), or the test means nothing.
+        assert mod.resolve_variant(variant, q, k, v, aligned=True, even_d=True) == variant
+    kw: dict[str, Any] = dict(mask=mask, causal=causal, causal_align=align, return_lse=True)
+    monkeypatch.setenv(mod.VARIANT_ENV, "base")
+    o_base, lse_base = attention(q, k, v, **kw)
+    monkeypatch.setenv(mod.VARIANT_ENV, variant)
+    o, lse = attention(q, k, v, **kw)
+    _check(o, lse, *_bounds(q, k, v, dtype, mask=mask, causal=causal, causal_align=align))
+    if INTERPRET:
+        # Same loads, same per-tile arithmetic: bit-identical to base under the interpreter.
+        assert torch.equal(o, o_base) and torch.equal(lse, lse_base)
+
+
+def test_variant_falls_back_to_base(monkeypatch: pytest.MonkeyPatch) -> None:
+    mod = sys.modules["onlinesm.kernels.attention"]
+    q, k, v = _inputs((1, 1, 8, 40), (1, 1, 8, 40), torch.bfloat16)
+    assert mod.resolve_variant("tma", q, k, v, aligned=True, even_d=False) == "base"  # padded D
+    q32, k32, v32 = _inputs((1, 1, 8, 32), (1, 1, 8, 32), torch.float32)
+    assert mod.resolve_variant("tma", q32, k32, v32, aligned=True, even_d=True) == "base"
+    q, k, v = _inputs((1, 1, 8, 32), (1, 1, 8, 32), torch.bfloat16)
+    assert mod.resolve_variant("tma", q, k, v, aligned=False, even_d=True) == "base"
+    assert mod.requested_variant() == mod.DEFAULT_VARIANT == "base"
+    monkeypatch.setenv(mod.VARIANT_ENV, "nope")
+    with pytest.raises(ValueError, match="ONLINESM_ATTENTION_VARIANT"):
+        mod.requested_variant()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("variant", ["tma", "tma_ws"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bfloat16", "float16"])
+def test_gpu_variant_matches_oracle(
+    variant: str, dtype: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ONLINESM_ATTENTION_VARIANT", variant)
+    monkeypatch.setenv("ONLINESM_ATTENTION_CONFIG", "128,64,3,8")
+    for case in [(1, 4, 2, 301, 517, 128, True, "bottom-right", False),
+                 (2, 4, 4, 1024, 1024, 64, True, "top-left", False),
+                 (2, 4, 1, 257, 900, 64, False, "top-left", True)]:
+        _gpu_case(dtype, case)
