@@ -7,7 +7,10 @@
 #         time, compile count); third: bench/third_party.py; suite: bench/gpu_suite.py;
 #         speed: bench/compile_time.py speed on this tree (and on .xfer/old when present);
 #         scale: the thorough matrix on 1 and 2 GPUs (bench/scale.py);
-#         statistical: bench/gpu_statistical.py, false alarms of the statistical tier (20 seeds).
+#         statistical: bench/gpu_statistical.py, false alarms of the statistical tier (20 seeds);
+#         tune: the kernels' speed variants side by side (bench/softmax.py --tune,
+#         bench/attention.py --variants), each checked for correctness in the same run;
+#         kernels: the kernel test files compiled on the GPU, each attention variant too.
 # A run longer than one call's limit goes through bench/gpu_background.sh.
 # The machine has torch and triton but not onlinesm: it runs from src/ (with strategies/
 # linked in as onlinesm.strategies); wheels under .whl/ (Liger) are installed first.
@@ -53,6 +56,22 @@ for phase in "$@"; do
     scale)
       timeout 1500 python3 bench/scale.py --out "$OUT" ${SCALE_ARGS:-} > "$OUT/scale.log" 2>&1
       echo "== scale: rc=$? $((SECONDS - start)) s"; tail -15 "$OUT/scale.log" ;;
+    tune)
+      timeout 260 python3 bench/attention.py --reduced --variants base,tma,tma_ws --budget-s ${ATTN_BUDGET:-140} > "$OUT/attn_variants.log" 2>&1
+      echo "== attention variants: rc=$? $((SECONDS - start)) s"; tail -25 "$OUT/attn_variants.log"
+      start=$SECONDS
+      timeout 260 python3 bench/softmax.py --tune --dtypes bfloat16,float32 --gb ${SOFTMAX_GB:-0.5} \
+        --ns 1000,3000,4096,12288,32768,49152,65536,131072,262144 --budget-s ${SOFTMAX_BUDGET:-150} > "$OUT/softmax_tune.log" 2>&1
+      echo "== softmax tune: rc=$? $((SECONDS - start)) s"; grep -a "^| " "$OUT/softmax_tune.log" | tail -70 ;;
+    kernels)
+      timeout 200 python3 -m pytest -q -x -p no:cacheprovider tests/test_kernel_softmax.py > "$OUT/kernels_softmax.log" 2>&1
+      echo "== softmax kernel tests: rc=$? $((SECONDS - start)) s"; tail -2 "$OUT/kernels_softmax.log"
+      for variant in ${ATTN_VARIANTS:-base}; do
+        start=$SECONDS
+        ONLINESM_ATTENTION_VARIANT=$variant timeout 200 python3 -m pytest -q -x -p no:cacheprovider \
+          -m "not slow" tests/test_kernel_attention.py > "$OUT/kernels_attention_$variant.log" 2>&1
+        echo "== attention kernel tests ($variant): rc=$? $((SECONDS - start)) s"; tail -2 "$OUT/kernels_attention_$variant.log"
+      done ;;
     *) echo "unknown phase $phase" ;;
   esac
 done
