@@ -63,10 +63,16 @@ for phase in "$@"; do
       timeout 260 python3 bench/softmax.py --tune --dtypes bfloat16,float32 --gb ${SOFTMAX_GB:-0.5} \
         --ns 1000,3000,4096,12288,32768,49152,65536,131072,262144 --budget-s ${SOFTMAX_BUDGET:-150} > "$OUT/softmax_tune.log" 2>&1
       echo "== softmax tune: rc=$? $((SECONDS - start)) s"; grep -a "^| " "$OUT/softmax_tune.log" | tail -70 ;;
+    softmax3)
+      for i in 1 2 3; do
+        OUT=$OUT/softmax_run$i timeout 120 python3 bench/softmax.py --dtypes bfloat16,float32 --gb 0.5 \
+          --ns ${SOFTMAX_NS:-1000,3000,12288,49152} > "$OUT/softmax_run$i.log" 2>&1
+        echo "== softmax run $i: rc=$? $((SECONDS - start)) s"; grep -a "^| [bf]" "$OUT/softmax_run$i.log" | head -20
+      done ;;
     kernels)
       timeout 200 python3 -m pytest -q -x -p no:cacheprovider tests/test_kernel_softmax.py > "$OUT/kernels_softmax.log" 2>&1
       echo "== softmax kernel tests: rc=$? $((SECONDS - start)) s"; tail -2 "$OUT/kernels_softmax.log"
-      for variant in ${ATTN_VARIANTS:-base}; do
+      for variant in ${ATTN_VARIANTS-base}; do
         start=$SECONDS
         ONLINESM_ATTENTION_VARIANT=$variant timeout 200 python3 -m pytest -q -x -p no:cacheprovider \
           -m "not slow" tests/test_kernel_attention.py > "$OUT/kernels_attention_$variant.log" 2>&1

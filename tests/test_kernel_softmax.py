@@ -429,3 +429,15 @@ def test_gpu_split_prefetch_crosses_rows():
     # More rows than groups: the prefetched chunk of the next row, and none past the last row.
     t = make(gaussian(1001, 70_000, seed=17), torch.float32)
     check(t, softmax(t, path="split", tuning=dict(split_chunk=16384, split_prefetch=True)))
+
+
+def test_alignment_is_one_vector_of_the_dtype() -> None:
+    """ALIGN is a whole 16-byte vector of the element type (bf16 rows of 1000 vectorise), and 1
+    as soon as the length or a row stride breaks it."""
+    from onlinesm.kernels.softmax import _alignment
+
+    assert _alignment(2, 1000, 1000, 1000) == 8
+    assert _alignment(4, 1000, 1000, 1000) == 4
+    assert _alignment(2, 3000, 3000, 3000) == 8
+    assert _alignment(2, 1000, 1004, 1000) == 1  # a row stride off the vector
+    assert _alignment(4, 1002, 1002, 1002) == 1

@@ -36,9 +36,9 @@ Numerics, in the order they bite (docs/conventions.md, seeds section 7):
 * A row holding NaN or +inf gives NaN, like the oracle.
 
 Compilations: the on-chip and split kernels declare row counts, lengths and strides in
-``do_not_specialize`` (``SOFTMAX_DO_NOT_SPECIALIZE``), with their divisibility by 16 passed
-back as one constexpr ``ALIGNED``, so a check over many shapes compiles once per dtype x block
-size, not per shape. The streaming kernel (rows past the on-chip limit) stays specialised: it
+``do_not_specialize`` (``SOFTMAX_DO_NOT_SPECIALIZE``), with their divisibility by one 16-byte
+vector passed back as one constexpr ``ALIGN``, so a check over many shapes compiles once per
+dtype x block size, not per shape. The streaming kernel (rows past the on-chip limit) stays specialised: it
 measured faster so, and ordinary check lengths never reach it.
 
 Example:
@@ -98,13 +98,23 @@ NEG_INF = tl.constexpr(float("-inf"))
 #: The integer arguments of the on-chip and split kernels that Triton must not specialise on (``== 1`` or
 #: ``% 16 == 0``): row counts, row lengths and row strides change with every shape, and each
 #: specialisation value would be one more compilation. The divisibility the vectorised loads
-#: need comes back through the constexpr ``ALIGNED`` (two variants at most per block size).
+#: need comes back through the constexpr ``ALIGN`` (two variants at most per block size).
 SOFTMAX_DO_NOT_SPECIALIZE: tuple[str, ...] = ("n_rows", "n_cols", "stride_xm", "stride_ym")
 
 
-def _aligned(n_cols: int, *strides: int) -> bool:
-    """The kernels' ALIGNED flag: the row length and every row stride are multiples of 16."""
-    return n_cols % 16 == 0 and all(s % 16 == 0 for s in strides)
+def _alignment(itemsize: int, n_cols: int, *strides: int) -> int:
+    """The kernels' ALIGN: elements per 16-byte vector (8 in bf16/fp16, 4 in fp32) when the row
+    length and every row stride are multiples of it, else 1.
+
+    One vector, not 16 elements: Triton's own specialisation only tells the compiler about
+    divisibility by 16, which a bf16 row of 1000 or 3000 lacks; its loads then went out as
+    2-byte scalars (77% of copy bandwidth at N = 1000 on an H200, against 98% in fp32).
+
+    >>> _alignment(2, 1000, 1000, 1000), _alignment(4, 1000, 1000, 1000), _alignment(2, 1001, 1001)
+    (8, 4, 1)
+    """
+    vec = 16 // itemsize
+    return vec if n_cols % vec == 0 and all(s % vec == 0 for s in strides) else 1
 
 
 # --------------------------------------------------------------------------------------------
@@ -137,17 +147,17 @@ def _softmax_on_chip_kernel(
     NAN_IF_EMPTY: tl.constexpr,  # fully masked row -> NaN (True) or zeros (False)
     ROUND_BF16: tl.constexpr,  # interpreter only: see _to_output
     STAGES: tl.constexpr,  # > 1: persistent grid, the next rows' loads overlap this row's math
-    ALIGNED: tl.constexpr,  # n_cols and both row strides are multiples of 16 (see _aligned)
+    ALIGN: tl.constexpr,  # n_cols and both row strides are multiples of ALIGN (see _alignment)
     CHUNKS: tl.constexpr = 1,  # 1..3 pieces of BLOCK_N per row: 12288 = 3 x 4096, not 16384
     KEEP: tl.constexpr = False,  # hold x in its storage dtype, widen each use (fewer registers)
 ):
-    if ALIGNED:
-        # Sizes and strides are not specialised (SOFTMAX_DO_NOT_SPECIALIZE); the launcher checked
-        # they are multiples of 16, and (v // 16) * 16 (== v) tells the compiler so: rows start
-        # 16-byte aligned and the column masks are constant over runs of 16, so loads vectorise.
-        n_cols = n_cols // 16 * 16
-        stride_xm = stride_xm // 16 * 16
-        stride_ym = stride_ym // 16 * 16
+    if ALIGN > 1:
+        # The launcher checked that sizes and strides are multiples of ALIGN (one 16-byte
+        # vector), and (v // ALIGN) * ALIGN (== v) tells the compiler so: rows start 16-byte
+        # aligned and the column masks are constant over whole vectors, so loads vectorise.
+        n_cols = n_cols // ALIGN * ALIGN
+        stride_xm = stride_xm // ALIGN * ALIGN
+        stride_ym = stride_ym // ALIGN * ALIGN
     # Program p takes row blocks p, p + n_programs, ... With one program per block the loop runs
     # once; with a persistent grid (a few programs per SM) and STAGES > 1, Triton's pipeliner
     # issues the loads of the next block into shared memory while this one is reduced, which
@@ -359,17 +369,17 @@ def _softmax_split_kernel(
     SPLIT: tl.constexpr,  # programs per row: SPLIT * CHUNK >= n_cols (power of two)
     NAN_IF_EMPTY: tl.constexpr,
     MAX_SPIN: tl.constexpr,  # bound on the wait for the other chunks (then NaN, never a hang)
-    ALIGNED: tl.constexpr,  # n_cols and both row strides are multiples of 16 (see _aligned)
+    ALIGN: tl.constexpr,  # n_cols and both row strides are multiples of ALIGN (see _alignment)
     PREFETCH: tl.constexpr = False,  # load the next row's chunk before waiting on this one's
     KEEP: tl.constexpr = False,  # hold the chunk in its storage dtype (half the registers in bf16)
 ):
-    if ALIGNED:
-        # Sizes and strides are not specialised (SOFTMAX_DO_NOT_SPECIALIZE); the launcher checked
-        # they are multiples of 16, and (v // 16) * 16 (== v) tells the compiler so: rows start
-        # 16-byte aligned and the column masks are constant over runs of 16, so loads vectorise.
-        n_cols = n_cols // 16 * 16
-        stride_xm = stride_xm // 16 * 16
-        stride_ym = stride_ym // 16 * 16
+    if ALIGN > 1:
+        # The launcher checked that sizes and strides are multiples of ALIGN (one 16-byte
+        # vector), and (v // ALIGN) * ALIGN (== v) tells the compiler so: rows start 16-byte
+        # aligned and the column masks are constant over whole vectors, so loads vectorise.
+        n_cols = n_cols // ALIGN * ALIGN
+        stride_xm = stride_xm // ALIGN * ALIGN
+        stride_ym = stride_ym // ALIGN * ALIGN
     # Program p owns chunk p % SPLIT of the rows group, group + n_groups, ...: the SPLIT programs
     # of a group always work on the same row at the same time. The grid is persistent (at most
     # what the GPU holds at once), so every program a group waits for is running.
@@ -483,7 +493,13 @@ TUNING: dict[str, Any] = {
 #:     (4, 32768, 49152, dict(max_on_chip=49152, chip_chunked=True)),      # "chip chunks"
 #:     (4, 32768, 262144, dict(split_chunk=16384, split_prefetch=True)),   # "split ... pf"
 #:     (2, 32768, 262144, dict(split_itemsizes=(2, 4), split_chunk=16384, split_prefetch=True)),
-PLAN_TABLE: list[tuple[int, int, int, dict[str, Any]]] = []
+#:
+#: Measured on an H200 (reports/h200/bench_softmax.md, 2026-12-01): fp32 rows of 32k-48k on chip
+#: as 3 chunks of 16,384 reach 94% of copy bandwidth at N = 49,152, against 65% split across
+#: programs; every bf16 row above lost to the defaults (63-66% at 12,288 against 81%).
+PLAN_TABLE: list[tuple[int, int, int, dict[str, Any]]] = [
+    (4, 32768, 49152, dict(max_on_chip=49152, chip_chunked=True)),
+]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -655,7 +671,7 @@ def softmax(
             p = plan(n_cols, path="stream", tile=tile, tuning=t, itemsize=x.element_size())
     nan_if_empty = fully_masked == "nan"
     round_bf16 = INTERPRETED and x.dtype == torch.bfloat16
-    aligned = _aligned(n_cols, x2.stride(0), y2.stride(0))
+    align = _alignment(x.element_size(), n_cols, x2.stride(0), y2.stride(0))
     if p.path == "on_chip":
         grid = (triton.cdiv(n_rows, p.rows_per_program),)
         if p.stages > 1 and not INTERPRETED:
@@ -663,7 +679,7 @@ def softmax(
         _variant(_softmax_on_chip_kernel, _softmax_on_chip_specialised)[grid](
             x2, y2, n_rows, n_cols, x2.stride(0), y2.stride(0),
             BLOCK_N=p.block, ROWS=p.rows_per_program, NAN_IF_EMPTY=nan_if_empty,
-            ROUND_BF16=round_bf16, STAGES=p.stages, ALIGNED=aligned, CHUNKS=p.chunks,
+            ROUND_BF16=round_bf16, STAGES=p.stages, ALIGN=align, CHUNKS=p.chunks,
             KEEP=p.keep, num_warps=p.num_warps,
         )
     elif p.path == "stream":
@@ -685,7 +701,7 @@ def softmax(
         _variant(_softmax_split_kernel, _softmax_split_specialised)[(groups * p.split,)](
             x2, y2, part, count, n_rows, n_cols, x2.stride(0), y2.stride(0),
             CHUNK=p.block, SPLIT=p.split, NAN_IF_EMPTY=nan_if_empty,
-            MAX_SPIN=int(t["max_spin"]), ALIGNED=aligned, PREFETCH=p.prefetch, KEEP=p.keep,
+            MAX_SPIN=int(t["max_spin"]), ALIGN=align, PREFETCH=p.prefetch, KEEP=p.keep,
             num_warps=p.num_warps,
         )
     return y2.reshape(x.shape)
