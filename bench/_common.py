@@ -55,6 +55,7 @@ def write_outputs(stem: str, data: Any, markdown: str) -> None:
     out = os.environ.get("OUT")
     if not out:
         return
+    os.makedirs(out, exist_ok=True)
     with open(os.path.join(out, f"{stem}.json"), "w") as f:
         json.dump(data, f, indent=1, default=str)
     with open(os.path.join(out, f"{stem}.md"), "w") as f:

@@ -197,7 +197,7 @@ def test_chunked_rows_packed_and_persistent(dtype):
 
 
 def test_chunked_rows_propagate_nan_and_posinf():
-    x = torch.randn(3, 100)
+    x = torch.randn(3, 100, device=DEVICE)
     x[0, 99] = float("nan")  # in the last chunk
     x[1, 3] = float("inf")  # in the first
     y = softmax(x, path="on_chip", tuning=CHUNKED[1])
