@@ -38,13 +38,7 @@ cp.async-pipelined K/V tiles feeding wgmma, autotuned tiles (``ONLINESM_ATTENTIO
 Compilations: each distinct constexpr combination is one compilation, and the per-shape
 integers (sizes, strides) are declared in ``do_not_specialize`` (``ATTN_DO_NOT_SPECIALIZE``),
 so a check over many shapes compiles once per dtype x head dim x causal x mask case, not once
-per shape.
-
-Variants (``VARIANTS``, chosen with ``ONLINESM_ATTENTION_VARIANT``; default
-``DEFAULT_VARIANT = "base"``): ``tma`` loads Q/K/V through device-side tensor descriptors
-(TMA on sm_90+), ``tma_ws`` also warp-specialises the unmasked hot loop, ``ws`` warp-
-specialises with pointer loads. Same numbers as ``base``; inputs a variant cannot take
-(fp32, padded D, unaligned) silently run ``base`` (``resolve_variant``).
+per shape. No TMA or warp specialisation (see the H200 report).
 
 Example:
     >>> import torch
@@ -58,7 +52,6 @@ Example:
 
 from __future__ import annotations
 
-import inspect
 import math
 import os
 from typing import Any
@@ -87,13 +80,6 @@ __all__ = [
     "PINNED_CONFIGS",
     "ATTN_DO_NOT_SPECIALIZE",
     "launch_config",
-    "VARIANTS",
-    "DEFAULT_VARIANT",
-    "VARIANT_ENV",
-    "HAS_TENSOR_DESCRIPTORS",
-    "HAS_WARP_SPECIALIZE",
-    "requested_variant",
-    "resolve_variant",
 ]
 
 #: The exp's accuracy class: ``tl.math.exp2`` (hardware ex2.approx on the GPU).
@@ -156,116 +142,9 @@ def _round_rn(x, dtype: tl.constexpr):
 
 
 @triton.jit
-def _kv_tile(
-    acc, l_i, m_i, q,
-    k_base, v_base, k_desc, v_desc, mask_base,
-    offs_m, offs_d, start_n,
-    Sq, Sk, D, causal_offset,
-    stride_kn, stride_vn, stride_mm, stride_mn,
-    qk_scale,
-    BLOCK_N: tl.constexpr,
-    MASKED: tl.constexpr,  # this tile needs bounds + causal masking (the diagonal / tail)
-    CAUSAL: tl.constexpr,
-    HAS_MASK: tl.constexpr,
-    EVEN_D: tl.constexpr,
-    SCALE_POSITIVE: tl.constexpr,
-    USE_TMA: tl.constexpr,
-    INTERPRET: tl.constexpr,
-    DOT_PRECISION: tl.constexpr,
-):
-    """Fold the KV tile starting at key ``start_n`` into the running state (m_i, l_i, acc).
-
-    m_i: running row max of the scores, in log2 units (scores already times log2(e)).
-    l_i: running row sum of exp2(score - m_i)  (the softmax denominator d).
-    acc: running sum of exp2(score - m_i) * v   (the unnormalised output o).
-    """
-    in_dtype = v_base.dtype.element_ty
-    offs_n = start_n + tl.arange(0, BLOCK_N)
-    # Loads. With USE_TMA the tile comes through a tensor descriptor (TMA on sm_90+): rows past
-    # Sk come back as zeros, exactly what the masked pointer load gives (the launcher only
-    # selects it when D is a power of two, so there is no padded column). Otherwise: the
-    # unmasked phase only visits tiles wholly inside [0, Sk), so its loads need no bounds
-    # check at all (unless D was padded up to a power of two).
-    if USE_TMA:
-        k = k_desc.load([start_n, 0])
-    else:
-        k_ptrs = k_base + offs_n[:, None] * stride_kn + offs_d[None, :]
-        if MASKED:
-            kv_ok = (offs_n[:, None] < Sk) & (offs_d[None, :] < D)
-            k = tl.load(k_ptrs, mask=kv_ok, other=0.0)
-        elif EVEN_D:
-            k = tl.load(k_ptrs)
-        else:
-            k = tl.load(k_ptrs, mask=offs_d[None, :] < D, other=0.0)
-    if INTERPRET:
-        k = k.to(tl.float32)
-
-    # 1. Scores for this tile: S = q @ k^T, float32 accumulate.
-    qk = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
-
-    # 2. New running max, taken over the old max and this tile: it must be known before
-    #    alpha, because both the old state and this tile's p are re-referenced to it.
-    if MASKED or HAS_MASK:
-        # Invisible keys get score -inf, so exp2 makes their p exactly 0.
-        s = qk * qk_scale
-        visible = offs_n[None, :] < Sk
-        if CAUSAL:
-            visible = visible & (offs_n[None, :] <= offs_m[:, None] + causal_offset)
-        if HAS_MASK:
-            m_ptrs = mask_base + offs_m[:, None] * stride_mm + offs_n[None, :] * stride_mn
-            m_ok = (offs_m[:, None] < Sq) & (offs_n[None, :] < Sk)
-            visible = visible & (tl.load(m_ptrs, mask=m_ok, other=0) != 0)
-        s = tl.where(visible, s, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(s, 1))
-    else:
-        # Hot loop: no masking. max(qk) * c == max(qk * c) exactly for c > 0 (rounding is
-        # monotone), so the scale is applied once per row here and fused (FMA) below.
-        if SCALE_POSITIVE:
-            m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
-        else:
-            m_new = tl.maximum(m_i, tl.min(qk, 1) * qk_scale)
-    # 3. Guard: a row that has seen only invisible keys so far still has m_new = -inf, and
-    #    exp2(-inf - (-inf)) would be NaN. Referencing such a row to 0 instead gives
-    #    p = exp2(-inf) = 0 and alpha = exp2(-inf) = 0: the state stays (0, 0) as it must.
-    m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)
-
-    # 4. p = exp2(score - m): every visible p is in (0, 1], so nothing overflows.
-    if MASKED or HAS_MASK:
-        p = tl.math.exp2(s - m_ref[:, None])
-    else:
-        p = tl.math.exp2(qk * qk_scale - m_ref[:, None])
-
-    # 5. alpha = exp2(m_old - m_new) in (0, 1]: the old sums were referenced to m_old,
-    #    multiplying them by alpha re-references every stored term to m_new at once.
-    alpha = tl.math.exp2(m_i - m_ref)
-    l_i = l_i * alpha + tl.sum(p, 1)
-    acc = acc * alpha[:, None]
-
-    # 6. o += p @ v. P is rounded to the input dtype first (tensor-core operands, as in
-    #    FlashAttention; P_DTYPE = "input"); the product accumulates in float32.
-    if USE_TMA:
-        v = v_desc.load([start_n, 0])
-    else:
-        v_ptrs = v_base + offs_n[:, None] * stride_vn + offs_d[None, :]
-        if MASKED:
-            v = tl.load(v_ptrs, mask=kv_ok, other=0.0)
-        elif EVEN_D:
-            v = tl.load(v_ptrs)
-        else:
-            v = tl.load(v_ptrs, mask=offs_d[None, :] < D, other=0.0)
-    if INTERPRET:
-        # Same rounding of P as the compiled path, then float32 arithmetic.
-        acc = tl.dot(_round_rn(p, in_dtype), v.to(tl.float32), acc,
-                     input_precision=DOT_PRECISION)
-    else:
-        acc = tl.dot(p.to(in_dtype), v, acc, input_precision=DOT_PRECISION)
-    return acc, l_i, m_new
-
-
-@triton.jit
 def _kv_loop(
     acc, l_i, m_i, q,
-    k_base, v_base, k_desc, v_desc, mask_base,
+    k_base, v_base, mask_base,
     offs_m, offs_d, start, end,
     Sq, Sk, D, causal_offset,
     stride_kn, stride_vn, stride_mm, stride_mn,
@@ -276,37 +155,89 @@ def _kv_loop(
     HAS_MASK: tl.constexpr,
     EVEN_D: tl.constexpr,
     SCALE_POSITIVE: tl.constexpr,
-    USE_TMA: tl.constexpr,
-    WARP_SPECIALIZE: tl.constexpr,  # split this loop into producer / consumer warps
     INTERPRET: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
 ):
     """Fold KV tiles [start, end) into the running state (m_i, l_i, acc) of one query tile.
 
-    Two forms of the same loop: with ``WARP_SPECIALIZE`` Triton's ``tl.range(...,
-    warp_specialize=True)`` lets the compiler give the tile loads to producer warps and
-    overlap them with the consumer warps' matmuls and softmax (sm_90+ with tensor-descriptor
-    loads); otherwise a plain loop, software-pipelined over ``num_stages``. The branch is on a
-    constexpr, so a Triton without the ``warp_specialize`` keyword never sees it unless asked.
+    m_i: running row max of the scores, in log2 units (scores already times log2(e)).
+    l_i: running row sum of exp2(score - m_i)  (the softmax denominator d).
+    acc: running sum of exp2(score - m_i) * v   (the unnormalised output o).
     """
-    if WARP_SPECIALIZE:
-        for start_n in tl.range(start, end, BLOCK_N, warp_specialize=True):
-            acc, l_i, m_i = _kv_tile(
-                acc, l_i, m_i, q, k_base, v_base, k_desc, v_desc, mask_base,
-                offs_m, offs_d, start_n, Sq, Sk, D, causal_offset,
-                stride_kn, stride_vn, stride_mm, stride_mn, qk_scale,
-                BLOCK_N, MASKED, CAUSAL, HAS_MASK, EVEN_D, SCALE_POSITIVE, USE_TMA,
-                INTERPRET, DOT_PRECISION,
-            )
-    else:
-        for start_n in range(start, end, BLOCK_N):
-            acc, l_i, m_i = _kv_tile(
-                acc, l_i, m_i, q, k_base, v_base, k_desc, v_desc, mask_base,
-                offs_m, offs_d, start_n, Sq, Sk, D, causal_offset,
-                stride_kn, stride_vn, stride_mm, stride_mn, qk_scale,
-                BLOCK_N, MASKED, CAUSAL, HAS_MASK, EVEN_D, SCALE_POSITIVE, USE_TMA,
-                INTERPRET, DOT_PRECISION,
-            )
+    in_dtype = v_base.dtype.element_ty
+    offs_n0 = tl.arange(0, BLOCK_N)
+    for start_n in range(start, end, BLOCK_N):
+        offs_n = start_n + offs_n0
+        k_ptrs = k_base + offs_n[:, None] * stride_kn + offs_d[None, :]
+        v_ptrs = v_base + offs_n[:, None] * stride_vn + offs_d[None, :]
+        # Loads. The unmasked phase only visits tiles wholly inside [0, Sk), so its loads need
+        # no bounds check at all (unless D was padded up to a power of two).
+        if MASKED:
+            kv_ok = (offs_n[:, None] < Sk) & (offs_d[None, :] < D)
+            k = tl.load(k_ptrs, mask=kv_ok, other=0.0)
+        elif EVEN_D:
+            k = tl.load(k_ptrs)
+        else:
+            k = tl.load(k_ptrs, mask=offs_d[None, :] < D, other=0.0)
+        if INTERPRET:
+            k = k.to(tl.float32)
+
+        # 1. Scores for this tile: S = q @ k^T, float32 accumulate.
+        qk = tl.dot(q, tl.trans(k), input_precision=DOT_PRECISION)
+
+        # 2. New running max, taken over the old max and this tile: it must be known before
+        #    alpha, because both the old state and this tile's p are re-referenced to it.
+        if MASKED or HAS_MASK:
+            # Invisible keys get score -inf, so exp2 makes their p exactly 0.
+            s = qk * qk_scale
+            visible = offs_n[None, :] < Sk
+            if CAUSAL:
+                visible = visible & (offs_n[None, :] <= offs_m[:, None] + causal_offset)
+            if HAS_MASK:
+                m_ptrs = mask_base + offs_m[:, None] * stride_mm + offs_n[None, :] * stride_mn
+                m_ok = (offs_m[:, None] < Sq) & (offs_n[None, :] < Sk)
+                visible = visible & (tl.load(m_ptrs, mask=m_ok, other=0) != 0)
+            s = tl.where(visible, s, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(s, 1))
+        else:
+            # Hot loop: no masking. max(qk) * c == max(qk * c) exactly for c > 0 (rounding is
+            # monotone), so the scale is applied once per row here and fused (FMA) below.
+            if SCALE_POSITIVE:
+                m_new = tl.maximum(m_i, tl.max(qk, 1) * qk_scale)
+            else:
+                m_new = tl.maximum(m_i, tl.min(qk, 1) * qk_scale)
+        # 3. Guard: a row that has seen only invisible keys so far still has m_new = -inf, and
+        #    exp2(-inf - (-inf)) would be NaN. Referencing such a row to 0 instead gives
+        #    p = exp2(-inf) = 0 and alpha = exp2(-inf) = 0: the state stays (0, 0) as it must.
+        m_ref = tl.where(m_new == float("-inf"), 0.0, m_new)
+
+        # 4. p = exp2(score - m): every visible p is in (0, 1], so nothing overflows.
+        if MASKED or HAS_MASK:
+            p = tl.math.exp2(s - m_ref[:, None])
+        else:
+            p = tl.math.exp2(qk * qk_scale - m_ref[:, None])
+
+        # 5. alpha = exp2(m_old - m_new) in (0, 1]: the old sums were referenced to m_old,
+        #    multiplying them by alpha re-references every stored term to m_new at once.
+        alpha = tl.math.exp2(m_i - m_ref)
+        l_i = l_i * alpha + tl.sum(p, 1)
+        acc = acc * alpha[:, None]
+
+        # 6. o += p @ v. P is rounded to the input dtype first (tensor-core operands, as in
+        #    FlashAttention; P_DTYPE = "input"); the product accumulates in float32.
+        if MASKED:
+            v = tl.load(v_ptrs, mask=kv_ok, other=0.0)
+        elif EVEN_D:
+            v = tl.load(v_ptrs)
+        else:
+            v = tl.load(v_ptrs, mask=offs_d[None, :] < D, other=0.0)
+        if INTERPRET:
+            # Same rounding of P as the compiled path, then float32 arithmetic.
+            acc = tl.dot(_round_rn(p, in_dtype), v.to(tl.float32), acc,
+                         input_precision=DOT_PRECISION)
+        else:
+            acc = tl.dot(p.to(in_dtype), v, acc, input_precision=DOT_PRECISION)
+        m_i = m_new
     return acc, l_i, m_i
 
 
@@ -350,8 +281,6 @@ def _attn_fwd(
     EVEN_D: tl.constexpr,
     SCALE_POSITIVE: tl.constexpr,
     ALIGNED: tl.constexpr,  # every Q/K/V/O stride is a multiple of 16 elements
-    USE_TMA: tl.constexpr,  # Q/K/V tiles through tensor descriptors (see VARIANTS)
-    WARP_SPECIALIZE: tl.constexpr,  # warp-specialised hot loop (see VARIANTS)
     INTERPRET: tl.constexpr,
     DOT_PRECISION: tl.constexpr,
 ):
@@ -392,22 +321,7 @@ def _attn_fwd(
 
     # The query tile stays in registers/shared memory for the whole KV sweep.
     q_ok = (offs_m[:, None] < Sq) & (offs_d[None, :] < D)
-    if USE_TMA:
-        # Tensor descriptors over this (batch, head)'s [S, D] slices, built on the device (the
-        # launcher gave Triton a scratch allocator for them). A tile row past S loads as zeros,
-        # as the masked pointer loads do; D == BLOCK_D here (the launcher checked), so no
-        # column is padded. On sm_90+ the loads become TMA copies into shared memory.
-        q_desc = tl.make_tensor_descriptor(
-            q_base, shape=[Sq, BLOCK_D], strides=[stride_qm, 1], block_shape=[BLOCK_M, BLOCK_D])
-        k_desc = tl.make_tensor_descriptor(
-            k_base, shape=[Sk, BLOCK_D], strides=[stride_kn, 1], block_shape=[BLOCK_N, BLOCK_D])
-        v_desc = tl.make_tensor_descriptor(
-            v_base, shape=[Sk, BLOCK_D], strides=[stride_vn, 1], block_shape=[BLOCK_N, BLOCK_D])
-        q = q_desc.load([pid_m * BLOCK_M, 0])
-    else:
-        k_desc = k_base  # unused placeholders: the loops load through pointers
-        v_desc = v_base
-        q = tl.load(q_base + offs_m[:, None] * stride_qm + offs_d[None, :], mask=q_ok, other=0.0)
+    q = tl.load(q_base + offs_m[:, None] * stride_qm + offs_d[None, :], mask=q_ok, other=0.0)
     if INTERPRET:
         q = q.to(tl.float32)
 
@@ -431,20 +345,16 @@ def _attn_fwd(
         full_end = full_tiles_end
 
     # Phase 1: off-diagonal tiles, no masking (the user mask, when given, still applies).
-    # This is the hot loop, the only one warp-specialised when WARP_SPECIALIZE is set.
     acc, l_i, m_i = _kv_loop(
-        acc, l_i, m_i, q, k_base, v_base, k_desc, v_desc, mask_base, offs_m, offs_d,
-        0, full_end, Sq, Sk, D, causal_offset, stride_kn, stride_vn, stride_mm, stride_mn,
-        qk_scale, BLOCK_N, False, CAUSAL, HAS_MASK, EVEN_D, SCALE_POSITIVE, USE_TMA,
-        WARP_SPECIALIZE, INTERPRET, DOT_PRECISION,
+        acc, l_i, m_i, q, k_base, v_base, mask_base, offs_m, offs_d, 0, full_end,
+        Sq, Sk, D, causal_offset, stride_kn, stride_vn, stride_mm, stride_mn, qk_scale,
+        BLOCK_N, False, CAUSAL, HAS_MASK, EVEN_D, SCALE_POSITIVE, INTERPRET, DOT_PRECISION,
     )
-    # Phase 2: the causal diagonal and the ragged tail past the last full tile, masked
-    # (at most BLOCK_M / BLOCK_N + 1 tiles: a plain loop).
+    # Phase 2: the causal diagonal and the ragged tail past the last full tile, masked.
     acc, l_i, m_i = _kv_loop(
-        acc, l_i, m_i, q, k_base, v_base, k_desc, v_desc, mask_base, offs_m, offs_d,
-        full_end, end, Sq, Sk, D, causal_offset, stride_kn, stride_vn, stride_mm, stride_mn,
-        qk_scale, BLOCK_N, True, CAUSAL, HAS_MASK, EVEN_D, SCALE_POSITIVE, USE_TMA,
-        False, INTERPRET, DOT_PRECISION,
+        acc, l_i, m_i, q, k_base, v_base, mask_base, offs_m, offs_d, full_end, end,
+        Sq, Sk, D, causal_offset, stride_kn, stride_vn, stride_mm, stride_mn, qk_scale,
+        BLOCK_N, True, CAUSAL, HAS_MASK, EVEN_D, SCALE_POSITIVE, INTERPRET, DOT_PRECISION,
     )
 
     # Epilogue: o = acc / d. A row that saw no visible key has d = 0 (and acc = 0): divide
@@ -527,8 +437,7 @@ _attn_fwd_tuned = triton.autotune(
         triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_stages=s, num_warps=w)
         for bm, bn, s, w in _CONFIGS
     ],
-    key=["SEQ_BUCKET", "BH_BUCKET", "BLOCK_D", "CAUSAL", "HAS_MASK", "EVEN_D", "ALIGNED",
-         "USE_TMA", "WARP_SPECIALIZE"],
+    key=["SEQ_BUCKET", "BH_BUCKET", "BLOCK_D", "CAUSAL", "HAS_MASK", "EVEN_D", "ALIGNED"],
     prune_configs_by={"early_config_prune": _prune_configs},
     do_bench=_bench_quickly,
 )(_attn_fwd_specialised)
@@ -557,100 +466,6 @@ PINNED_CONFIGS: dict[int, tuple[int, int, int, int]] = {
     128: (64, 32, 2, 4),
     256: (64, 32, 2, 4),
 }
-
-
-#: Kernel variants by name: (USE_TMA, WARP_SPECIALIZE). All compute the same numbers (same
-#: loads, same per-tile arithmetic in the same order); they differ in how the tiles reach the
-#: tensor cores:
-#:
-#: * ``base``: pointer loads (cp.async pipelined over ``num_stages`` on sm_80+), the shipped
-#:   kernel.
-#: * ``tma``: Q, K, V through tensor descriptors built on the device (``tl.make_tensor_descriptor``;
-#:   TMA bulk copies on sm_90+), the loop still software-pipelined over ``num_stages``.
-#: * ``tma_ws``: as ``tma``, and the unmasked hot loop is warp-specialised
-#:   (``tl.range(..., warp_specialize=True)``): producer warps issue the TMA loads, consumer
-#:   warps run the matmuls and the softmax, so loads overlap compute without cp.async waits.
-#: * ``ws``: warp specialisation with pointer loads (whether Triton can split such a loop is
-#:   up to its version; benchmarked only on request).
-VARIANTS: dict[str, tuple[bool, bool]] = {
-    "base": (False, False),
-    "tma": (True, False),
-    "tma_ws": (True, True),
-    "ws": (False, True),
-}
-
-#: The variant used when ``ONLINESM_ATTENTION_VARIANT`` is unset. Changing the default is this
-#: one line (after measuring: bench/attention.py --variants ...).
-DEFAULT_VARIANT = "base"
-
-#: Environment variable choosing a variant (read at every launch), e.g. ``tma_ws``.
-VARIANT_ENV = "ONLINESM_ATTENTION_VARIANT"
-
-#: Whether this Triton has device-side tensor descriptors (``tl.make_tensor_descriptor``,
-#: Triton 3.4+; 3.2-3.3 had only ``tl._experimental_make_tensor_descriptor``, not used here).
-HAS_TENSOR_DESCRIPTORS: bool = hasattr(tl, "make_tensor_descriptor")
-
-#: Whether this Triton's ``tl.range`` takes ``warp_specialize`` (Triton 3.4+).
-HAS_WARP_SPECIALIZE: bool = "warp_specialize" in inspect.signature(tl.range).parameters
-
-
-def requested_variant() -> str:
-    """The variant named by ``ONLINESM_ATTENTION_VARIANT``, or ``DEFAULT_VARIANT``."""
-    name = os.environ.get(VARIANT_ENV, "").strip().lower() or DEFAULT_VARIANT
-    if name not in VARIANTS:
-        raise ValueError(
-            f"{VARIANT_ENV}={name!r} is not one of {sorted(VARIANTS)}; unset it for the "
-            f"default ({DEFAULT_VARIANT!r})"
-        )
-    return name
-
-
-def resolve_variant(
-    name: str, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, aligned: bool,
-    even_d: bool, interpret: bool = INTERPRETED,
-) -> str:
-    """The variant that actually runs for these inputs: ``name``, or ``base`` when they or the
-    machine do not allow it (same numbers either way, so the fallback is silent).
-
-    Tensor descriptors need 16-bit inputs here (fp32 stays on the tested pointer path), D a
-    power of two (no padded columns), 16-byte aligned base pointers and strides (``aligned``:
-    every stride a multiple of 16 elements), Triton 3.4+ and, compiled, an sm_90+ GPU. Warp
-    specialisation needs Triton 3.4+ and an sm_90+ GPU; under the interpreter it is a plain loop.
-    """
-    use_tma, ws = VARIANTS[name]
-    if not (use_tma or ws):
-        return name
-    if not interpret and torch.cuda.get_device_capability(q.device)[0] < 9:
-        return "base"
-    if ws and not HAS_WARP_SPECIALIZE:
-        return "base"
-    if use_tma and not (
-        HAS_TENSOR_DESCRIPTORS
-        and q.dtype in (torch.float16, torch.bfloat16)
-        and even_d
-        and aligned
-        and all(t.data_ptr() % 16 == 0 for t in (q, k, v))
-    ):
-        return "base"
-    return name
-
-
-def _ensure_allocator() -> None:
-    """Give Triton a scratch allocator for device-side tensor descriptors, unless the caller
-    already set one (``triton.set_allocator`` is process state: never replace a user's)."""
-    try:
-        from triton.runtime import _allocation
-
-        current = _allocation._allocator.get()
-        if not isinstance(current, _allocation.NullAllocator):
-            return
-    except (ImportError, AttributeError):
-        pass  # layout differs in this Triton: set ours
-
-    def alloc(size: int, alignment: int, stream: int | None) -> torch.Tensor:
-        return torch.empty(size, dtype=torch.int8, device="cuda")
-
-    triton.set_allocator(alloc)
 
 
 def _fixed_config() -> tuple[int, int, int, int] | None:
@@ -831,12 +646,6 @@ def attention(
         *mask_strides,
         out.stride(0), out.stride(1), out.stride(2),
     )
-    aligned = all(s % 16 == 0 for s in strides[:9] + strides[13:])  # Q/K/V/O, not the mask
-    variant = resolve_variant(requested_variant(), q, k, v, aligned=aligned,
-                              even_d=block_d == D, interpret=interpret)
-    use_tma, warp_specialize = VARIANTS[variant]
-    if use_tma and not interpret:
-        _ensure_allocator()
     # The constexprs: each distinct combination is one compilation (see ATTN_DO_NOT_SPECIALIZE).
     common: dict[str, Any] = dict(
         BLOCK_D=block_d,
@@ -844,9 +653,7 @@ def attention(
         HAS_MASK=mask is not None,
         EVEN_D=block_d == D,
         SCALE_POSITIVE=scale >= 0,
-        ALIGNED=aligned,
-        USE_TMA=use_tma,
-        WARP_SPECIALIZE=warp_specialize,
+        ALIGNED=all(s % 16 == 0 for s in strides[:9] + strides[13:]),  # Q/K/V/O, not the mask
         INTERPRET=interpret,
         DOT_PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
     )
