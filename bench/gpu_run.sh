@@ -8,8 +8,8 @@
 #         speed: bench/compile_time.py speed on this tree (and on .xfer/old when present);
 #         scale: the thorough matrix on 1 and 2 GPUs (bench/scale.py);
 #         statistical: bench/gpu_statistical.py, false alarms of the statistical tier (20 seeds);
-#         tune: the kernels' speed variants side by side (bench/softmax.py --tune,
-#         bench/attention.py --variants), each checked for correctness in the same run;
+#         tune: the softmax launch variants side by side (bench/softmax.py --tune), each
+#         checked for correctness in the same run; softmax3: three bench runs (medians);
 #         kernels: the kernel test files compiled on the GPU, each attention variant too.
 # A run longer than one call's limit goes through bench/gpu_background.sh.
 # The machine has torch and triton but not onlinesm: it runs from src/ (with strategies/
@@ -57,9 +57,6 @@ for phase in "$@"; do
       timeout 1500 python3 bench/scale.py --out "$OUT" ${SCALE_ARGS:-} > "$OUT/scale.log" 2>&1
       echo "== scale: rc=$? $((SECONDS - start)) s"; tail -15 "$OUT/scale.log" ;;
     tune)
-      timeout 260 python3 bench/attention.py --reduced --variants base,tma,tma_ws --budget-s ${ATTN_BUDGET:-140} > "$OUT/attn_variants.log" 2>&1
-      echo "== attention variants: rc=$? $((SECONDS - start)) s"; tail -25 "$OUT/attn_variants.log"
-      start=$SECONDS
       timeout 260 python3 bench/softmax.py --tune --dtypes bfloat16,float32 --gb ${SOFTMAX_GB:-0.5} \
         --ns 1000,3000,4096,12288,32768,49152,65536,131072,262144 --budget-s ${SOFTMAX_BUDGET:-150} > "$OUT/softmax_tune.log" 2>&1
       echo "== softmax tune: rc=$? $((SECONDS - start)) s"; grep -a "^| " "$OUT/softmax_tune.log" | tail -70 ;;
