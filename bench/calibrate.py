@@ -158,7 +158,8 @@ def _attention_shape(family: str, rng: np.random.Generator) -> dict[str, int]:
     return shape
 
 
-def run_correct(seeds: int, log: Callable[[str], None]) -> tuple[dict, dict]:
+def run_correct(seeds: int, log: Callable[[str], None],
+                numerics: Numerics = Numerics()) -> tuple[dict, dict]:
     soft: dict = {}
     attn: dict = {}
     families = [f for f in SOFTMAX_FAMILIES if f != "nonfinite"]
@@ -175,7 +176,7 @@ def run_correct(seeds: int, log: Callable[[str], None]) -> tuple[dict, dict]:
                     except AssertionError as exc:  # a generator bug: note it, go on
                         SKIPPED.append(f"seed {seed}, {dtype}, {family}, n={n}: {exc}")
                 for x in batches:
-                    b = softmax_bound(x)
+                    b = softmax_bound(x, numerics=numerics)
                     for name, (fn, longest) in SOFTMAX_KERNELS.items():
                         if x.shape[-1] > longest:
                             continue
@@ -185,7 +186,7 @@ def run_correct(seeds: int, log: Callable[[str], None]) -> tuple[dict, dict]:
             for family in ATTENTION_FAMILIES:
                 case = generate_attention(family, dtype, rng, **_attention_shape(family, rng))
                 bo, _ = attention_bound(case.q, case.k, case.v, mask=case.mask,
-                                        causal=case.causal, scale=case.scale)
+                                        causal=case.causal, scale=case.scale, numerics=numerics)
                 for name, fn in ATTENTION_KERNELS.items():
                     o = fn(case)
                     if name == "torch SDPA math":  # declared: no visible key gives NaN
@@ -196,14 +197,14 @@ def run_correct(seeds: int, log: Callable[[str], None]) -> tuple[dict, dict]:
     return soft, attn
 
 
-def run_bugs(seeds: int) -> list[dict]:
+def run_bugs(seeds: int, numerics: Numerics = Numerics()) -> list[dict]:
     out = []
     for name, fn, family, dtype, n, scale in SOFTMAX_BUGS:
         uses = []
         for seed in range(seeds):
             rng = np.random.default_rng(1000 + seed)
             x = np.stack([generate_row(family, n, dtype, rng, scale=scale) for _ in range(4)])
-            b = softmax_bound(x)
+            b = softmax_bound(x, numerics=numerics)
             with np.errstate(all="ignore"):
                 uses.append(compare(fn(x), b.exact, b).max_bound_use)
         out.append(dict(bug=name, op="softmax", family=family, dtype=dtype, length=n,
@@ -216,7 +217,7 @@ def run_bugs(seeds: int) -> list[dict]:
             case = generate_attention(family, dtype, rng, batch=1, heads=2,
                                       seq_q=1 if family == "decode" else 8, seq_k=sk,
                                       head_dim=64, masked=False)
-            bo, _ = attention_bound(case.q, case.k, case.v)
+            bo, _ = attention_bound(case.q, case.k, case.v, numerics=numerics)
             uses.append(compare(fn(case), bo.exact, bo).max_bound_use)
         out.append(dict(bug=name, op="attention", family=family, dtype=dtype, length=sk,
                         scale=None, min_bound_use=float(min(uses)),
@@ -242,7 +243,7 @@ def _fmt(u: float) -> str:
 
 
 def write_report(out: Path, soft: dict, attn: dict, bugs: list[dict], seeds: int,
-                 command: str, seconds: float) -> None:
+                 command: str, seconds: float, numerics: Numerics = Numerics()) -> None:
     out.mkdir(parents=True, exist_ok=True)
     now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     machine = _machine()
@@ -252,7 +253,7 @@ def write_report(out: Path, soft: dict, attn: dict, bugs: list[dict], seeds: int
         f"- date: {now}",
         f"- machine: {machine}",
         f"- command: `{command}` ({seeds} seeds, {seconds:.0f} s)",
-        f"- numerics assumed: {Numerics().describe()} (the defaults)",
+        f"- numerics assumed: {numerics.describe()}",
         "",
         "Bound use = error / allowed bound, the worst element over every seed and input; a value",
         "above 1 is a failure. Correct kernels must stay below 1; bugs must stay above 1.",
@@ -299,33 +300,38 @@ def write_report(out: Path, soft: dict, attn: dict, bugs: list[dict], seeds: int
         lines.append(f"| {b['bug']} | {b['op']} | {b['family']} | {b['dtype']} | {b['length']} "
                      f"| {_fmt(b['min_bound_use'])} | {b['caught']}/{b['seeds']} |")
     lines.append("")
-    (out / "calibration.md").write_text("\n".join(lines))
+    stem = "calibration" if numerics.tier == "worst-case" else f"calibration_{numerics.tier}"
+    (out / f"{stem}.md").write_text("\n".join(lines))
 
     def _table(t: dict) -> list[dict]:
         return [dict(kernel=k, dtype=d, family=f, **v) for (k, d, f), v in t.items()]
 
     payload = dict(schema="onlinesm.calibration/1", date=now, machine=machine, command=command,
-                   seeds=seeds, seconds=seconds, numerics=Numerics().describe(),
+                   seeds=seeds, seconds=seconds, numerics=numerics.describe(), tier=numerics.tier_name(),
                    softmax=_table(soft), attention=_table(attn), bugs=bugs, skipped=SKIPPED)
     text = json.dumps(payload, indent=1, default=lambda o: None if o is None else float(o))
-    (out / "calibration.json").write_text(text.replace("Infinity", '"inf"'))
+    (out / f"{stem}.json").write_text(text.replace("Infinity", '"inf"'))
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--seeds", type=int, default=20, help="seeds per family and dtype [20]")
     ap.add_argument("--out", type=Path, default=Path("reports"), help="output folder [reports]")
+    ap.add_argument("--tier", default="worst-case", choices=("worst-case", "probabilistic"),
+                    help="the bounds' tier; probabilistic writes calibration_probabilistic.md")
+    ap.add_argument("--delta", type=float, default=1e-6, help="with --tier probabilistic [1e-6]")
     args = ap.parse_args(argv)
+    numerics = Numerics(tier=args.tier, delta=args.delta)
     command = "python bench/calibrate.py" + "".join(f" {a}" for a in (argv or sys.argv[1:]))
     t0 = time.time()
-    soft, attn = run_correct(args.seeds, lambda s: print(s, flush=True))
-    bugs = run_bugs(args.seeds)
-    write_report(args.out, soft, attn, bugs, args.seeds, command, time.time() - t0)
+    soft, attn = run_correct(args.seeds, lambda s: print(s, flush=True), numerics)
+    bugs = run_bugs(args.seeds, numerics)
+    write_report(args.out, soft, attn, bugs, args.seeds, command, time.time() - t0, numerics)
     worst_soft = max(v["bound_use"] for v in soft.values())
     worst_attn = max(v["bound_use"] for v in attn.values())
     least_bug = min(b["min_bound_use"] for b in bugs)
     print(f"worst correct softmax {worst_soft:.3g}, attention {worst_attn:.3g}; "
-          f"least bug {least_bug:.3g}; wrote {args.out}/calibration.md")
+          f"least bug {least_bug:.3g}; wrote {args.out}")
     return 0 if max(worst_soft, worst_attn) <= 1 else 1
 
 
