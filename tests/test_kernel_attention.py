@@ -1,8 +1,9 @@
 """Tests of the Triton attention kernel against the exact (float64) oracle.
 
 Without CUDA the kernel runs under Triton's CPU interpreter (tiny shapes: the interpreter is
-numpy, one program at a time). Its tile config is 16 x 16 (``INTERPRET_CONFIG``), so shapes
-of 20..60 keys already cross several KV tiles, a ragged tail and the causal diagonal.
+numpy, one program at a time). Its tile config is 16 x 16 (``INTERPRET_CONFIG``; 64-key tiles
+past 256 keys), so shapes of 20..60 keys already cross several KV tiles, a ragged tail and the
+causal diagonal.
 
 Tolerances come from the kernel's error model (module docstring of the kernel): with
 ``w_j`` the exact softmax weights, ``A = sum_j w_j |v_j|`` (>= |o|), u the input dtype's unit
@@ -128,6 +129,19 @@ def test_matches_oracle(dtype: Any, case: tuple) -> None:
     o, lse = attention(q, k, v, causal=causal, causal_align=align, return_lse=True)
     assert o.dtype == dtype and o.shape == q.shape and lse.dtype == torch.float32
     _check(o, lse, *_bounds(q, k, v, dtype, causal=causal, causal_align=align))
+
+
+@pytest.mark.skipif(not INTERPRET, reason="the interpreter's tiles")
+def test_long_key_sequences_take_wider_interpreter_tiles() -> None:
+    # Past INTERPRET_LONG_KEYS keys the interpreter sweeps 64-key tiles (4x fewer steps); the
+    # answer stays within the bound, across a ragged tail and the causal diagonal.
+    from onlinesm.kernels.attention import INTERPRET_LONG_KEYS, interpret_config
+
+    assert interpret_config(INTERPRET_LONG_KEYS)["BLOCK_N"] == 16
+    assert interpret_config(INTERPRET_LONG_KEYS + 1)["BLOCK_N"] == 64
+    q, k, v = _inputs((1, 1, 18, 16), (1, 1, 301, 16), torch.bfloat16, seed=3)
+    o, lse = attention(q, k, v, causal=True, causal_align="bottom-right", return_lse=True)
+    _check(o, lse, *_bounds(q, k, v, torch.bfloat16, causal=True, causal_align="bottom-right"))
 
 
 def test_bottom_right_more_queries_than_keys_gives_empty_rows() -> None:

@@ -75,6 +75,8 @@ __all__ = [
     "MAX_HEAD_DIM",
     "CAUSAL_ALIGNS",
     "INTERPRET_CONFIG",
+    "INTERPRET_LONG_KEYS",
+    "interpret_config",
     "INTERPRETED",
     "CONFIG_ENV",
     "PINNED_CONFIGS",
@@ -105,6 +107,23 @@ LN2 = tl.constexpr(0.6931471805599453)  # ln(2): turns the base-2 lse back into 
 #: The one tile configuration used under the interpreter: small tiles, so tiny test shapes
 #: still cross several KV tiles, ragged tails and the causal diagonal.
 INTERPRET_CONFIG: dict[str, int] = {"BLOCK_M": 16, "BLOCK_N": 16}
+
+#: Under the interpreter, key sequences longer than this take 64-key tiles: the interpreter's
+#: cost is per operation, not per element, so a 2048-key sweep in 16-key tiles spent 4x the
+#: loop steps for nothing (the check's statistical sample has Sk = 2048). Short sequences keep
+#: the 16-key tiles above, so tiny test shapes still cross several tiles.
+INTERPRET_LONG_KEYS = 256
+
+
+def interpret_config(seq_k: int) -> dict[str, int]:
+    """The tiles used under the interpreter for ``seq_k`` keys.
+
+    >>> interpret_config(300)["BLOCK_N"], interpret_config(256)["BLOCK_N"]
+    (64, 16)
+    """
+    if seq_k > INTERPRET_LONG_KEYS:
+        return {**INTERPRET_CONFIG, "BLOCK_N": 64}
+    return INTERPRET_CONFIG
 
 
 def _interpreting() -> bool:
@@ -668,7 +687,7 @@ def attention(
     )
     config = launch_config(block_d, interpret=interpret)
     if interpret:
-        cfg = INTERPRET_CONFIG
+        cfg = interpret_config(Sk)
         grid = (triton.cdiv(Sq, cfg["BLOCK_M"]), B * H)
         _attn_fwd[grid](*args, **cfg, **common)
     elif config is not None:
