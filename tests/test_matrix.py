@@ -224,3 +224,27 @@ properties = ["row_sum"]
     assert "1 of 1 items gave no result (the workers' output: " in line, r.stderr
     log = Path(tmp_path, line.split("the workers' output: ")[1].rstrip(")"))
     assert "crashed" in log.read_text() or "node down" in log.read_text()
+
+
+def test_matrix_items_include_the_statistical_tier(tmp_path: Path) -> None:
+    """A kernel without declared properties gets the items a single check runs, the statistical
+    tier included: accuracy_statistical unless turned off, regression with a baseline."""
+    _project(tmp_path, f"""
+[tool.onlinesm.kernels.plain]
+target = "{GALLERY}:torch_softmax"
+op = "softmax"
+
+[tool.onlinesm.kernels.quiet]
+target = "{GALLERY}:torch_softmax"
+op = "softmax"
+statistical = false
+
+[tool.onlinesm.kernels.new]
+target = "{GALLERY}:torch_softmax"
+op = "softmax"
+baseline = "{GALLERY}:torch_softmax"
+""")
+    entries = load_config(tmp_path / "pyproject.toml").entries
+    assert entries["plain"].properties()[-1] == "accuracy_statistical"
+    assert "accuracy_statistical" not in entries["quiet"].properties()
+    assert entries["new"].properties()[-2:] == ["accuracy_statistical", "regression"]

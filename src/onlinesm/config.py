@@ -89,12 +89,17 @@ class KernelEntry:
         return DEFAULT_DTYPES
 
     def properties(self) -> list[str]:
-        """The properties the check runs (declared ``properties``, else the op's registry)."""
+        """The properties the check runs, as a single ``onlinesm check`` runs them: declared
+        ``properties``, else the op's registry, then ``accuracy_statistical`` (unless
+        ``statistical = false``) and ``regression`` (when a ``baseline`` is declared)."""
         from onlinesm.properties import ATTENTION_PROPERTIES, SOFTMAX_PROPERTIES
 
         registry = SOFTMAX_PROPERTIES if self.op == "softmax" else ATTENTION_PROPERTIES
+        tiers = {"accuracy_statistical": self.keywords.get("statistical", True) is not False,
+                 "regression": bool(self.keywords.get("baseline"))}
+        known = list(registry) + [p for p, on in tiers.items() if on]
         chosen = self.keywords.get("properties")
-        return list(registry) if not chosen else [p for p in chosen if p in registry] or list(chosen)
+        return known if not chosen else [p for p in chosen if p in known] or list(chosen)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -240,6 +245,14 @@ def _entry(name: str, raw: dict[str, Any], defaults: dict[str, Any], path: Path,
                           "or path/to/file.py:function")
     if module.endswith(".py") or "/" in module:
         target = f"{(path.parent / module).resolve()}:{attr}"  # relative to the declaring file
+    if "baseline" in kw:  # regression mode: the older kernel, a target read like `target`
+        old = kw["baseline"]
+        b_module, b_sep, b_attr = old.rpartition(":") if isinstance(old, str) else ("", "", "")
+        if not b_sep or not b_module or not b_attr:
+            raise ConfigError(f"{where} key 'baseline' = {old!r} must look like package.module:function "
+                              "or path/to/file.py:function (the older kernel to compare with)")
+        if b_module.endswith(".py") or "/" in b_module:
+            kw["baseline"] = f"{(path.parent / b_module).resolve()}:{b_attr}"
     if convention not in (None, "onlinesm") and op != "attention":
         raise ConfigError(f"{where} key 'convention' = {convention!r} applies to attention kernels "
                           f"only, not op = {op!r}")
@@ -369,7 +382,8 @@ def _validate(kw: dict[str, Any], op: str, where: str) -> None:
     from onlinesm.declarations import split_keywords
 
     try:
-        conv, _, _ = split_keywords({k: v for k, v in kw.items() if k not in _ADAPTER_KEYS})
+        conv, _, _ = split_keywords({k: v for k, v in kw.items()
+                                     if k not in _ADAPTER_KEYS and k != "baseline"})
         conv.numerics.exp_model()
     except ValueError as err:
         raise ConfigError(f"{where} {err}") from None
