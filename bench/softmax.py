@@ -51,8 +51,6 @@ def variants(n: int, itemsize: int) -> list[tuple[str, dict[str, Any]]]:
       rows of >= 32768 the plan pipelines it (persistent grid, 3 stages), as it does today.
     * ``chip chunks w16`` / ``r2`` / ``s2``: the same with 16 warps, two rows per program, or
       the persistent grid with the next rows' loads pipelined (2 stages, 2 programs per SM).
-    * ``split c16384 w32 pf``: the split kernel with the next row's chunk loaded before the
-      wait for the partner programs (the SM keeps reading through the synchronisation).
     """
     out: list[tuple[str, dict[str, Any]]] = []
     chunked = dict(chip_chunked=True)
@@ -67,9 +65,6 @@ def variants(n: int, itemsize: int) -> list[tuple[str, dict[str, Any]]]:
         if itemsize == 2 and 8192 < n <= 65536:
             out.append(("chip chunks s2", dict(path="on_chip", tuning={
                 **chunked, "chip_stages": 2, "chip_programs_per_sm": 2})))
-    if n > 32768:
-        out.append(("split c16384 w32 pf", dict(path="split", tuning=dict(
-            split_chunk=16384, split_warps=32, split_programs_per_sm=1, split_prefetch=True))))
     return out
 
 

@@ -167,13 +167,13 @@ def test_chunking_covers_rows_with_fewer_padded_columns():
 
 
 # Chunked rows under the interpreter: short rows with a small BLOCK reach 1 and 3 chunks,
-# their ends and the -inf padding of the last chunk. KEEP (storage dtype) rides along.
-CHUNKED = [dict(chip_chunked=True), dict(chip_chunked=True, chip_keep_itemsizes=(2, 4))]
+# their ends and the -inf padding of the last chunk.
+CHUNKED = dict(chip_chunked=True)
 
 
-@pytest.mark.parametrize("tuning", CHUNKED, ids=["chunks", "chunks keep"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-def test_chunked_on_chip_rows(dtype, tuning):
+def test_chunked_on_chip_rows(dtype):
+    tuning = CHUNKED
     for n in (17, 40, 48, 100, 192, 200, 255):
         p = sm.plan(n, path="on_chip", tuning=tuning, itemsize=torch.empty(0, dtype=dtype).element_size())
         assert p.block * p.chunks >= n and p.chunks == sm._chunking(n)[1]
@@ -192,7 +192,7 @@ def test_chunked_rows_packed_and_persistent(dtype):
     x = make(gaussian(9, 96, seed=21), dtype)  # 96 = 3 x 32: three chunks per row
     for extra in (dict(min_elems_per_program=256), dict(chip_stages=2, chip_programs_per_sm=2),
                   dict(chip_warps=2)):
-        tuning = {**CHUNKED[1], **extra}
+        tuning = {**CHUNKED, **extra}
         check(x, run(x, "on_chip", tuning=tuning))
 
 
@@ -200,7 +200,7 @@ def test_chunked_rows_propagate_nan_and_posinf():
     x = torch.randn(3, 100, device=DEVICE)
     x[0, 99] = float("nan")  # in the last chunk
     x[1, 3] = float("inf")  # in the first
-    y = softmax(x, path="on_chip", tuning=CHUNKED[1])
+    y = softmax(x, path="on_chip", tuning=CHUNKED)
     assert torch.isnan(y[0]).all() and torch.isnan(y[1]).all() and torch.isfinite(y[2]).all()
 
 
@@ -404,7 +404,9 @@ def test_gpu_many_rows_split_grid_is_persistent():
 @gpu
 @requires_cuda
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("n", [12288, 49152, 65536 + 3])
+# Forced on chip only up to 49152: at 65539 in fp32 the row needs 393 KB of shared memory and
+# Triton raises OutOfResources (path="auto" never sends such a row on chip).
+@pytest.mark.parametrize("n", [12288, 49152])
 def test_gpu_sweep_candidates(dtype, n):
     # The variants bench/softmax.py --tune times, on the rows that break kernels.
     x = gaussian(6, n, scale=4.0, seed=n)
@@ -412,23 +414,12 @@ def test_gpu_sweep_candidates(dtype, n):
     x[2] = NEG_INF
     x[3] = -1e31 * (1 + np.random.default_rng(n).random(n)) if dtype != torch.float16 else -6e4
     t = make(x, dtype)
-    cases = [dict(path="on_chip", tuning=CHUNKED[0]), dict(path="on_chip", tuning=CHUNKED[1]),
+    cases = [dict(path="on_chip", tuning=CHUNKED),
              dict(path="on_chip", tuning=dict(chip_chunked=True, chip_stages=2,
                                               chip_programs_per_sm=2))]
-    for pf, keep in ((True, ()), (False, (2, 4)), (True, (2, 4))):
-        cases.append(dict(path="split", tuning=dict(split_chunk=16384, split_prefetch=pf,
-                                                    split_keep_itemsizes=keep)))
     for kw in cases:
         for fm in ("zeros", "nan"):
             check(t, softmax(t, fully_masked=fm, **kw), fm)
-
-
-@gpu
-@requires_cuda
-def test_gpu_split_prefetch_crosses_rows():
-    # More rows than groups: the prefetched chunk of the next row, and none past the last row.
-    t = make(gaussian(1001, 70_000, seed=17), torch.float32)
-    check(t, softmax(t, path="split", tuning=dict(split_chunk=16384, split_prefetch=True)))
 
 
 def test_alignment_is_one_vector_of_the_dtype() -> None:

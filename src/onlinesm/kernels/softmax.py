@@ -149,7 +149,6 @@ def _softmax_on_chip_kernel(
     STAGES: tl.constexpr,  # > 1: persistent grid, the next rows' loads overlap this row's math
     ALIGN: tl.constexpr,  # n_cols and both row strides are multiples of ALIGN (see _alignment)
     CHUNKS: tl.constexpr = 1,  # 1..3 pieces of BLOCK_N per row: 12288 = 3 x 4096, not 16384
-    KEEP: tl.constexpr = False,  # hold x in its storage dtype, widen each use (fewer registers)
 ):
     if ALIGN > 1:
         # The launcher checked that sizes and strides are multiples of ALIGN (one 16-byte
@@ -166,35 +165,31 @@ def _softmax_on_chip_kernel(
     cols = tl.arange(0, BLOCK_N)  # [BLOCK_N] unit column stride (the launcher made it so)
     if STAGES == 1:
         _softmax_rows(x_ptr, y_ptr, tl.program_id(0), n_rows, n_cols, stride_xm, stride_ym, cols,
-                      ROWS, NAN_IF_EMPTY, ROUND_BF16, BLOCK_N, CHUNKS, KEEP)
+                      ROWS, NAN_IF_EMPTY, ROUND_BF16, BLOCK_N, CHUNKS)
     else:
         for blk in tl.range(tl.program_id(0), n_blocks, tl.num_programs(0), num_stages=STAGES):
             _softmax_rows(x_ptr, y_ptr, blk, n_rows, n_cols, stride_xm, stride_ym, cols,
-                          ROWS, NAN_IF_EMPTY, ROUND_BF16, BLOCK_N, CHUNKS, KEEP)
+                          ROWS, NAN_IF_EMPTY, ROUND_BF16, BLOCK_N, CHUNKS)
 
 
 @triton.jit
 def _load_chunk(x_ptr, rows64, row_ok, n_cols, stride_xm, cols, k: tl.constexpr,
-                BLOCK_N: tl.constexpr, KEEP: tl.constexpr):
-    """Chunk k (columns k * BLOCK_N + cols) of the rows, -inf past the row's end.
+                BLOCK_N: tl.constexpr):
+    """Chunk k (columns k * BLOCK_N + cols) of the rows, -inf past the row's end, widened to fp32.
 
     Padding lanes read -inf: exp(-inf) = 0, so they add nothing to d and cannot raise the max.
-    KEEP leaves the values in the storage dtype (a bf16 pair per register); otherwise they are
-    widened to fp32 at once (the interpreter has no bf16 arithmetic, so every use widens too).
     """
     c = k * BLOCK_N + cols
     mask = row_ok[:, None] & (c < n_cols)[None, :]
     x = tl.load(x_ptr + rows64[:, None] * stride_xm + c[None, :], mask=mask, other=NEG_INF)
-    if not KEEP:
-        x = x.to(tl.float32)
-    return x
+    return x.to(tl.float32)
 
 
 @triton.jit
 def _chunk_sum(x, m_ref):
     """sum over the chunk of exp(x - m) as exp2((x - m) * log2 e): subtract first (exact near the
     max, no overflow), then scale."""
-    return tl.sum(tl.exp2((x.to(tl.float32) - m_ref[:, None]) * 1.4426950408889634), axis=1)
+    return tl.sum(tl.exp2((x - m_ref[:, None]) * 1.4426950408889634), axis=1)
 
 
 @triton.jit
@@ -203,7 +198,7 @@ def _store_chunk(y_ptr, rows64, row_ok, n_cols, stride_ym, cols, x, m_ref, inv,
     """y = exp(x - m) * (1 / d) for chunk k (the exp is recomputed: x is all that was kept)."""
     c = k * BLOCK_N + cols
     mask = row_ok[:, None] & (c < n_cols)[None, :]
-    e = tl.exp2((x.to(tl.float32) - m_ref[:, None]) * 1.4426950408889634)  # log2(e)
+    e = tl.exp2((x - m_ref[:, None]) * 1.4426950408889634)  # log2(e)
     tl.store(y_ptr + rows64[:, None] * stride_ym + c[None, :],
              _to_output(e * inv[:, None], y_ptr, ROUND_BF16), mask=mask)
 
@@ -211,7 +206,7 @@ def _store_chunk(y_ptr, rows64, row_ok, n_cols, stride_ym, cols, x, m_ref, inv,
 @triton.jit
 def _softmax_rows(x_ptr, y_ptr, blk, n_rows, n_cols, stride_xm, stride_ym, cols,
                   ROWS: tl.constexpr, NAN_IF_EMPTY: tl.constexpr, ROUND_BF16: tl.constexpr,
-                  BLOCK_N: tl.constexpr, CHUNKS: tl.constexpr, KEEP: tl.constexpr):
+                  BLOCK_N: tl.constexpr, CHUNKS: tl.constexpr):
     """Softmax of rows blk * ROWS ... blk * ROWS + ROWS - 1, each held whole in registers.
 
     A row is CHUNKS tensors of BLOCK_N columns (x0 .. x2), so a length that is not a power of
@@ -222,7 +217,7 @@ def _softmax_rows(x_ptr, y_ptr, blk, n_rows, n_cols, stride_xm, stride_ym, cols,
     rows = blk * ROWS + tl.arange(0, ROWS)  # [ROWS] the rows of this block
     row_ok = rows < n_rows
     rows64 = rows.to(tl.int64)  # row * stride can pass 2**31 on big tensors
-    if CHUNKS == 1 and not KEEP:
+    if CHUNKS == 1:
         # The plain form: one tensor, widened once, e kept from the sum to the store.
         mask = row_ok[:, None] & (cols < n_cols)[None, :]
         x = tl.load(x_ptr + rows64[:, None] * stride_xm + cols[None, :], mask=mask, other=NEG_INF)
@@ -244,20 +239,20 @@ def _softmax_rows(x_ptr, y_ptr, blk, n_rows, n_cols, stride_xm, stride_ym, cols,
             mask=mask,
         )
     else:
-        # Chunked (or kept in the storage dtype): the same arithmetic, one chunk at a time.
+        # Chunked: the same arithmetic, one chunk at a time.
         # Load every chunk first, so the whole row is in flight together.
-        x0 = _load_chunk(x_ptr, rows64, row_ok, n_cols, stride_xm, cols, 0, BLOCK_N, KEEP)
+        x0 = _load_chunk(x_ptr, rows64, row_ok, n_cols, stride_xm, cols, 0, BLOCK_N)
         if CHUNKS > 1:
-            x1 = _load_chunk(x_ptr, rows64, row_ok, n_cols, stride_xm, cols, 1, BLOCK_N, KEEP)
+            x1 = _load_chunk(x_ptr, rows64, row_ok, n_cols, stride_xm, cols, 1, BLOCK_N)
         if CHUNKS > 2:
-            x2 = _load_chunk(x_ptr, rows64, row_ok, n_cols, stride_xm, cols, 2, BLOCK_N, KEEP)
-        # m: the row max = max over the chunks' maxima (max is exact in any dtype; a NaN that
-        # tl.maximum drops still reaches d below through its own exp).
-        m = tl.max(x0.to(tl.float32), axis=1)
+            x2 = _load_chunk(x_ptr, rows64, row_ok, n_cols, stride_xm, cols, 2, BLOCK_N)
+        # m: the row max = max over the chunks' maxima (a NaN that tl.maximum drops still
+        # reaches d below through its own exp).
+        m = tl.max(x0, axis=1)
         if CHUNKS > 1:
-            m = tl.maximum(m, tl.max(x1.to(tl.float32), axis=1))
+            m = tl.maximum(m, tl.max(x1, axis=1))
         if CHUNKS > 2:
-            m = tl.maximum(m, tl.max(x2.to(tl.float32), axis=1))
+            m = tl.maximum(m, tl.max(x2, axis=1))
         m_ref = tl.where(m == NEG_INF, 0.0, m)  # fully masked row: shift by 0, as above
         # d: the sum of every chunk's exp(x - m), all against the one row max (no rescaling).
         d = _chunk_sum(x0, m_ref)
@@ -370,8 +365,6 @@ def _softmax_split_kernel(
     NAN_IF_EMPTY: tl.constexpr,
     MAX_SPIN: tl.constexpr,  # bound on the wait for the other chunks (then NaN, never a hang)
     ALIGN: tl.constexpr,  # n_cols and both row strides are multiples of ALIGN (see _alignment)
-    PREFETCH: tl.constexpr = False,  # load the next row's chunk before waiting on this one's
-    KEEP: tl.constexpr = False,  # hold the chunk in its storage dtype (half the registers in bf16)
 ):
     if ALIGN > 1:
         # The launcher checked that sizes and strides are multiples of ALIGN (one 16-byte
@@ -390,39 +383,22 @@ def _softmax_split_kernel(
     cols = chunk * CHUNK + tl.arange(0, CHUNK)
     col_ok = cols < n_cols
     lanes = tl.arange(0, SPLIT)
-    if PREFETCH:
-        # The first row's chunk; each iteration then loads the next one before it waits.
-        x_next = tl.load(x_ptr + group.to(tl.int64) * stride_xm + cols,
-                         mask=col_ok & (group < n_rows), other=NEG_INF,
-                         eviction_policy="evict_first")
     for row in range(group, n_rows, n_groups):
         row64 = row.to(tl.int64)
         # The chunk is read once and stays in registers until it is written.
-        if PREFETCH:
-            x = x_next
-        else:
-            x = tl.load(x_ptr + row64 * stride_xm + cols, mask=col_ok, other=NEG_INF,
-                        eviction_policy="evict_first")
-        if not KEEP:
-            x = x.to(tl.float32)  # widen once; KEEP widens at each use instead
+        x = tl.load(x_ptr + row64 * stride_xm + cols, mask=col_ok, other=NEG_INF,
+                    eviction_policy="evict_first")
+        x = x.to(tl.float32)  # widen once
         # This chunk's (m_c, d_c), exactly as in kernel 1.
-        m_c = tl.max(x.to(tl.float32), axis=0)
+        m_c = tl.max(x, axis=0)
         m_c_ref = tl.where(m_c == NEG_INF, 0.0, m_c)
-        d_c = tl.sum(tl.exp2((x.to(tl.float32) - m_c_ref) * 1.4426950408889634), axis=0)  # log2(e)
+        d_c = tl.sum(tl.exp2((x - m_c_ref) * 1.4426950408889634), axis=0)  # log2(e)
         # Publish (m_c, d_c), then count this chunk in. The release orders the two writes before
         # the count: whoever sees the count also sees the values.
         slot = part_ptr + (row64 * SPLIT + chunk) * 2
         tl.atomic_xchg(slot, m_c, sem="relaxed")
         tl.atomic_xchg(slot + 1, d_c, sem="relaxed")
         tl.atomic_add(count_ptr + row64, 1, sem="release")
-        if PREFETCH:
-            # Put the next row's bytes in flight now: they arrive while this program waits for
-            # its partners, instead of the SM idling through the wait (costs a second chunk of
-            # registers).
-            nxt = row + n_groups
-            x_next = tl.load(x_ptr + nxt.to(tl.int64) * stride_xm + cols,
-                             mask=col_ok & (nxt < n_rows), other=NEG_INF,  # none past the end
-                             eviction_policy="evict_first")
         # Wait until all SPLIT chunks of this row are in (acquire: their writes become visible).
         seen = tl.atomic_add(count_ptr + row64, 0, sem="acquire")
         spins = 0
@@ -442,7 +418,7 @@ def _softmax_split_kernel(
             inv = tl.where(d == 0.0, float("nan"), 1.0 / d_safe)
         else:
             inv = tl.where(d == 0.0, 0.0, 1.0 / d_safe)
-        e = tl.exp2((x.to(tl.float32) - m_ref) * 1.4426950408889634)  # log2(e)
+        e = tl.exp2((x - m_ref) * 1.4426950408889634)  # log2(e)
         tl.store(y_ptr + row64 * stride_ym + cols, (e * inv).to(y_ptr.dtype.element_ty),
                  mask=col_ok)
 
@@ -473,10 +449,7 @@ TUNING: dict[str, Any] = {
     "max_spin": 1 << 20,  # ~1 s of polling: far beyond any real wait, short of a hang
     # Candidates for the H200 sweep (off by default until measured; bench/softmax.py --tune):
     "chip_chunked": False,  # cover a row by 3 power-of-two chunks when that pads less
-    "chip_keep_itemsizes": (),  # on-chip rows of these element sizes stay in storage dtype
     "chip_warps": 0,  # on-chip num_warps; 0: BLOCK_N * ROWS / (32 * elems_per_thread)
-    "split_prefetch": False,  # split: load the next row's chunk before the wait
-    "split_keep_itemsizes": (),  # split chunks of these element sizes stay in storage dtype
 }
 
 #: Per-range overrides of :data:`TUNING` that :func:`plan` applies for ``path="auto"``: rows of
@@ -491,12 +464,13 @@ TUNING: dict[str, Any] = {
 #:     (2, 8192, 16384, dict(chip_chunked=True, chip_stages=2, chip_programs_per_sm=2)),  # s2
 #:     (2, 32768, 49152, dict(max_on_chip=49152, chip_chunked=True)),      # 49152 on chip
 #:     (4, 32768, 49152, dict(max_on_chip=49152, chip_chunked=True)),      # "chip chunks"
-#:     (4, 32768, 262144, dict(split_chunk=16384, split_prefetch=True)),   # "split ... pf"
-#:     (2, 32768, 262144, dict(split_itemsizes=(2, 4), split_chunk=16384, split_prefetch=True)),
 #:
 #: Measured on an H200 (reports/h200/bench_softmax.md, 2026-12-01): fp32 rows of 32k-48k on chip
 #: as 3 chunks of 16,384 reach 94% of copy bandwidth at N = 49,152, against 65% split across
-#: programs; every bf16 row above lost to the defaults (63-66% at 12,288 against 81%).
+#: programs; every bf16 row above lost to the defaults (63-66% at 12,288 against 81%). Two
+#: knobs lost everywhere and were removed: the split kernel loading the next row's chunk before
+#: the wait (42-65% of copy against 61-76%), and holding x in its storage dtype (spilled
+#: registers at 64k bf16, never faster).
 PLAN_TABLE: list[tuple[int, int, int, dict[str, Any]]] = [
     (4, 32768, 49152, dict(max_on_chip=49152, chip_chunked=True)),
 ]
@@ -513,8 +487,6 @@ class Plan:
     num_warps: int = 4
     stages: int = 1  # on_chip: > 1 means a persistent, software-pipelined grid
     chunks: int = 1  # on_chip: the row is chunks x block columns (block a power of two)
-    keep: bool = False  # on_chip / split: x held in its storage dtype, widened at each use
-    prefetch: bool = False  # split: the next row's chunk is loaded before the wait
 
 
 def _chunking(n_cols: int) -> tuple[int, int]:
@@ -582,16 +554,13 @@ def plan(
         stages = int(t["chip_stages"])
         if stages == 1 and itemsize == 2 and width >= int(t["chip_pipelined_block_16bit"]):
             stages = int(t["chip_pipelined_stages"])
-        keep = itemsize in tuple(t["chip_keep_itemsizes"])
-        return Plan("on_chip", block, rows, 1, warps, stages, chunks, keep)
+        return Plan("on_chip", block, rows, 1, warps, stages, chunks)
     if path == "stream":
         block = _pow2(tile if tile is not None else t["stream_tile"])
         return Plan("stream", max(16, block), 1, 1, int(t["stream_warps"]))
     if path == "split":
         chunk = _pow2(tile if tile is not None else min(int(t["split_chunk"]), _pow2(n_cols)))
-        return Plan("split", chunk, 1, _pow2(triton.cdiv(n_cols, chunk)), int(t["split_warps"]),
-                    keep=itemsize in tuple(t["split_keep_itemsizes"]),
-                    prefetch=bool(t["split_prefetch"]))
+        return Plan("split", chunk, 1, _pow2(triton.cdiv(n_cols, chunk)), int(t["split_warps"]))
     raise ValueError(f"path={path!r} is not one of {PATHS}; use 'auto' unless testing a kernel")
 
 
@@ -680,7 +649,7 @@ def softmax(
             x2, y2, n_rows, n_cols, x2.stride(0), y2.stride(0),
             BLOCK_N=p.block, ROWS=p.rows_per_program, NAN_IF_EMPTY=nan_if_empty,
             ROUND_BF16=round_bf16, STAGES=p.stages, ALIGN=align, CHUNKS=p.chunks,
-            KEEP=p.keep, num_warps=p.num_warps,
+            num_warps=p.num_warps,
         )
     elif p.path == "stream":
         _softmax_stream_kernel[(n_rows,)](
@@ -701,8 +670,7 @@ def softmax(
         _variant(_softmax_split_kernel, _softmax_split_specialised)[(groups * p.split,)](
             x2, y2, part, count, n_rows, n_cols, x2.stride(0), y2.stride(0),
             CHUNK=p.block, SPLIT=p.split, NAN_IF_EMPTY=nan_if_empty,
-            MAX_SPIN=int(t["max_spin"]), ALIGN=align, PREFETCH=p.prefetch, KEEP=p.keep,
-            num_warps=p.num_warps,
+            MAX_SPIN=int(t["max_spin"]), ALIGN=align, num_warps=p.num_warps,
         )
     return y2.reshape(x.shape)
 
