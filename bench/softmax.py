@@ -139,8 +139,8 @@ def main() -> None:
                 row[name] = gbps(nbytes, ms)
                 row[f"{name}_err"] = (abs_err, rel_err)
             plan = sm.plan(n, itemsize=itemsize)
-            row["plan"] = (f"{plan.path} b{plan.block} r{plan.rows_per_program} s{plan.split}"
-                           f" w{plan.num_warps} st{plan.stages}")
+            row["plan"] = (f"{plan.path} b{plan.block}" + (f"x{plan.chunks}" if plan.chunks > 1 else "")
+                           + f" r{plan.rows_per_program} s{plan.split} w{plan.num_warps} st{plan.stages}")
             results.append(row)
             del x
             torch.cuda.empty_cache()
