@@ -119,3 +119,21 @@ def test_accuracy_property_uses_the_declared_tier() -> None:
     conv, _, _ = split_keywords({"tier": "probabilistic"})  # what --tier probabilistic sets
     m = measure_softmax_accuracy(None, x, conv, y=y)
     assert not m.ok and "probabilistic bound (δ=1e-6)" in m.message
+
+
+def test_sequential_sum_can_exceed_the_probabilistic_tier_and_the_message_says_so() -> None:
+    """The tier's known limit (reports/calibration_probabilistic.md): a correct scalar online
+    softmax, one element added at a time, on a monotone fp16 row whose rescales and terms round
+    alike, goes past the probabilistic bound and stays inside the worst case; the failure
+    message names that possibility instead of advising to declare lower precision."""
+    from onlinesm import reference
+
+    rng = np.random.default_rng(5)
+    x = generate_row("monotone", 4096, "float16", rng)[None]
+    y = reference.softmax_online_scalar(x)
+    bw, bp = softmax_bound(x), softmax_bound(x, numerics=PROB)
+    cw, cp = compare(y, bw.exact, bw), compare(y, bp.exact, bp)
+    assert cw.ok
+    assert not cp.ok and cp.max_bound_use < 1.5
+    text = cp.message(inputs=x)
+    assert "adds one element at a time" in text and "declare it" not in text

@@ -235,7 +235,13 @@ class Comparison:
             ]
         if inputs is not None and self.n_checked:
             lines += _inputs_text(inputs, self.worst_index, name)
-        if not self.ok and np.isfinite(self.max_bound_use):
+        if not self.ok and np.isfinite(self.max_bound_use) and "tier=probabilistic" in self.numerics:
+            lines.append("The probabilistic bound holds for a correct kernel whose rounding errors "
+                         "do not all lean one way. A kernel that adds one element at a time to a "
+                         "running sum can exceed it on near-equal terms and still be correct "
+                         "(calibration: a scalar online softmax, up to 1.17x the bound); the "
+                         "worst-case tier (the default) tells the two apart.")
+        elif not self.ok and np.isfinite(self.max_bound_use):
             lines.append("A correct kernel with the numerics above stays within the bound. If "
                          "this one legitimately computes in lower precision, declare it "
                          "(accumulate=..., exp=..., allow_tf32=..., p_dtype=...).")
