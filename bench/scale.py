@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import json
 import os
 import re
 import subprocess
@@ -67,6 +68,21 @@ def _cells(text: str) -> dict[str, str]:
     return cells
 
 
+def _balance(project: Path) -> str:
+    """The last --workers run's items per worker: busy seconds and counts, to tell load
+    imbalance from per-process overhead (the items' own times, from their records)."""
+    runs = sorted((project / ".onlinesm" / "runs").glob("*/items"))
+    if not runs:
+        return ""
+    busy: dict[str, list[float]] = {}
+    for path in runs[-1].glob("item-*.json"):
+        rec = json.loads(path.read_text())
+        busy.setdefault(rec.get("worker", "?"), []).append(float(rec.get("seconds") or 0.0))
+    parts = [f"{w}: {len(t)} items, {sum(t):.1f} s" for w, t in sorted(busy.items())]
+    total = sum(sum(t) for t in busy.values())
+    return f"items per worker (busy time): {'; '.join(parts)}; total {total:.1f} s"
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=os.environ.get("OUT", "scale-out"))
@@ -100,6 +116,9 @@ def main() -> int:
         (out / f"scale_{label.replace(' ', '_')}.txt").write_text(proc.stdout + "\n" + proc.stderr[-5000:])
         print(f"{label:<8} workers={workers} {' '.join(cmd[3:])}: {runs[label][0]:.1f} s, "
               f"exit {proc.returncode}", flush=True)
+    balance = _balance(project)
+    if balance:
+        print(balance, flush=True)
     logs = sorted((project / ".onlinesm" / "runs").glob("*/pytest.log"))
     if logs:  # the last --workers run's pytest output: why items gave no result, if any did
         (out / "scale_pytest.log").write_text(logs[-1].read_text()[-200000:])
@@ -114,7 +133,9 @@ def main() -> int:
              *([f"The 1-GPU run is the one of an earlier lease of the same tree ({args.one_gpu_from}; "
                 "its wall time is the run's own summary line).", ""] if args.one_gpu_from else []),
              f"Speed-up on 2 GPUs: **{t1 / t2:.2f}x**. Verdicts identical item by item: "
-             f"**{same}** ({len(a)} table rows compared).", "", "```toml", MATRIX.strip(), "```"]
+             f"**{same}** ({len(a)} table rows compared).", "",
+             *([f"2-GPU run, {balance}.", ""] if balance else []),
+             "```toml", MATRIX.strip(), "```"]
     (out / "scale.md").write_text("\n".join(lines) + "\n")
     print(f"speed-up {t1 / t2:.2f}x, identical verdicts: {same}")
     return 0

@@ -137,7 +137,8 @@ def run_item(spec: dict[str, Any], prop: str, dtype: str, *, fn: Callable[..., A
     seed = item_seed(name, prop, dtype, base)
     record: dict[str, Any] = {"kernel": name, "target": spec["target"], "op": spec["op"],
                               "property": prop, "dtype": dtype, "seed": seed, "base_seed": base,
-                              "error": None, "failure": None, "hung": None}
+                              "error": None, "failure": None, "hung": None,
+                              "worker": os.environ.get("PYTEST_XDIST_WORKER", "main")}
     if name in _HUNG:
         record.update(status="not_run", reason=f"kernel hung on {_HUNG[name]}", device=kw.get("device", ""))
         return record
