@@ -248,3 +248,24 @@ baseline = "{GALLERY}:torch_softmax"
     assert entries["plain"].properties()[-1] == "accuracy_statistical"
     assert "accuracy_statistical" not in entries["quiet"].properties()
     assert entries["new"].properties()[-2:] == ["accuracy_statistical", "regression"]
+
+
+def test_a_hang_noted_by_one_worker_stops_the_kernel_in_another(tmp_path: Path, monkeypatch) -> None:
+    """Workers share the run folder: once one notes that a kernel hung, another worker's items
+    of that kernel are not run (the kernel is never called again), as in a single process."""
+    from onlinesm import matrix
+
+    _project(tmp_path)
+    entry = load_config(tmp_path / "pyproject.toml").entries["good"]
+    spec = matrix.entry_json(entry, None)
+    monkeypatch.setattr(matrix, "_HUNG", {})
+    calls: list[int] = []
+    record = matrix.run_item(spec, "row_sum", "float32", fn=lambda x: calls.append(1), shared=tmp_path / "run")
+    assert record["status"] != "not_run" and calls  # nothing noted yet: the kernel runs
+    monkeypatch.setattr(matrix, "_HUNG", {})
+    calls.clear()
+    (tmp_path / "run").mkdir(exist_ok=True)
+    matrix._hung_note(tmp_path / "run", "good").write_text("input float32[3, 700]")
+    record = matrix.run_item(spec, "accuracy", "float32", fn=lambda x: calls.append(1), shared=tmp_path / "run")
+    assert record["status"] == "not_run" and not calls
+    assert record["reason"] == "kernel hung on input float32[3, 700]"

@@ -120,13 +120,23 @@ def _properties(entry: Any, overrides: dict[str, Any] | None) -> list[str]:
     return entry.properties()
 
 
+def _hung_note(directory: str | os.PathLike[str], kernel: str) -> Path:
+    digest = hashlib.sha1(kernel.encode()).hexdigest()[:12]
+    return Path(directory) / f"hung-{digest}.txt"
+
+
 def run_item(spec: dict[str, Any], prop: str, dtype: str, *, fn: Callable[..., Any] | None = None,
-             progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+             progress: Callable[[str], None] | None = None,
+             shared: str | os.PathLike[str] | None = None) -> dict[str, Any]:
     """Run one item of ``spec`` (:func:`entry_json`); its record (JSON-ready).
 
     ``record["status"]`` is an outcome status (``passed``, ``failed``, ``na``, ...) or
     ``"error"``: nothing could be tested (``record["error"]`` says why, in one line).
+    ``shared`` is the run folder the workers share: a kernel that hung in one worker is not
+    called again by another (the hang is noted there), as it is not in one process.
     """
+    if shared is not None and spec["name"] not in _HUNG and _hung_note(shared, spec["name"]).exists():
+        _HUNG[spec["name"]] = _hung_note(shared, spec["name"]).read_text() or "an input"
     from onlinesm.check import check
     from onlinesm.devices import select_device
     from onlinesm.errors import UsageError
@@ -175,6 +185,9 @@ def run_item(spec: dict[str, Any], prop: str, dtype: str, *, fn: Callable[..., A
                              "breach": list(f.breach) if f.breach else None}
     if result.hung:
         _HUNG[name] = result.hung
+        if shared is not None:
+            Path(shared).mkdir(parents=True, exist_ok=True)
+            _hung_note(shared, name).write_text(result.hung)
     return record
 
 

@@ -107,8 +107,8 @@ class MatrixItem(pytest.Item):
         root = spec.get("root")
         if root and root not in sys.path:
             sys.path.insert(0, root)
-        record = run_item(spec, self.prop, self.dtype)
         results = self.config.getoption("onlinesm_results", None)
+        record = run_item(spec, self.prop, self.dtype, shared=results)
         if results:
             write_record(results, record)
         status = record["status"]
