@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import datetime
 import math
 import multiprocessing
 import platform
@@ -224,7 +225,7 @@ def main() -> None:
         sk_rows.append((sk, r))
 
     # report
-    now = "2026-11-30"
+    now = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
     md += ["# Calibration of the statistical tier (onlinesm.statistical)", "",
            f"- date: {now}",
            f"- machine: {platform.system()} {platform.machine()}, 2-core CPU (shared), Python "
