@@ -378,16 +378,22 @@ def test_declares_its_exp_and_accumulation():
 
 
 # ---------------------------------------------------------------------------------- GPU
+def _hard_rows(n: int, dtype) -> torch.Tensor:
+    """Six rows of n that break kernels: -inf over the first half, fully masked, below any
+    sentinel (near fp16's lowest in fp16), and gaussian rows with a wide spread."""
+    x = gaussian(6, n, scale=4.0, seed=n)
+    x[1, : n // 2] = NEG_INF
+    x[2] = NEG_INF
+    x[3] = -1e31 * (1 + np.random.default_rng(n).random(n)) if dtype != torch.float16 else -6e4
+    return make(x, dtype)
+
+
 @gpu
 @requires_cuda
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("n", [1000, 4096, 32768, 32769, 65536, 131072 + 3, 300_000])
 def test_gpu_long_rows_every_path(dtype, n):
-    x = gaussian(6, n, scale=4.0, seed=n)
-    x[1, : n // 2] = NEG_INF
-    x[2] = NEG_INF
-    x[3] = -1e31 * (1 + np.random.default_rng(n).random(n)) if dtype != torch.float16 else -6e4
-    t = make(x, dtype)
+    t = _hard_rows(n, dtype)
     for path in ("auto", "stream", "split") if n > 2048 else ("auto", "on_chip", "stream"):
         for fm in ("zeros", "nan"):
             check(t, softmax(t, path=path, fully_masked=fm), fm)
@@ -409,11 +415,7 @@ def test_gpu_many_rows_split_grid_is_persistent():
 @pytest.mark.parametrize("n", [12288, 49152])
 def test_gpu_sweep_candidates(dtype, n):
     # The variants bench/softmax.py --tune times, on the rows that break kernels.
-    x = gaussian(6, n, scale=4.0, seed=n)
-    x[1, : n // 2] = NEG_INF
-    x[2] = NEG_INF
-    x[3] = -1e31 * (1 + np.random.default_rng(n).random(n)) if dtype != torch.float16 else -6e4
-    t = make(x, dtype)
+    t = _hard_rows(n, dtype)
     cases = [dict(path="on_chip", tuning=CHUNKED),
              dict(path="on_chip", tuning=dict(chip_chunked=True, chip_stages=2,
                                               chip_programs_per_sm=2))]
