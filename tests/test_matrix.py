@@ -269,3 +269,16 @@ def test_a_hang_noted_by_one_worker_stops_the_kernel_in_another(tmp_path: Path, 
     record = matrix.run_item(spec, "accuracy", "float32", fn=lambda x: calls.append(1), shared=tmp_path / "run")
     assert record["status"] == "not_run" and not calls
     assert record["reason"] == "kernel hung on input float32[3, 700]"
+
+
+def test_workers_steal_work_where_xdist_can(monkeypatch) -> None:
+    """Items differ in cost by orders of magnitude: --workers uses xdist's worksteal scheduling
+    (3.2+), and the load scheduling of older versions."""
+    import xdist
+
+    from onlinesm.matrix_cli import _dist_mode
+
+    monkeypatch.setattr(xdist, "__version__", "3.8.0")
+    assert _dist_mode() == "worksteal"
+    monkeypatch.setattr(xdist, "__version__", "3.1.0")
+    assert _dist_mode() == "load"
