@@ -10,7 +10,8 @@
 #         statistical: bench/gpu_statistical.py, false alarms of the statistical tier (20 seeds);
 #         tune: the softmax launch variants side by side (bench/softmax.py --tune), each
 #         checked for correctness in the same run; softmax3: three bench runs (medians);
-#         kernels: the kernel test files compiled on the GPU, each attention variant too.
+#         kernels: the kernel test files compiled on the GPU, each attention variant too;
+#         ncu: Nsight Compute on the launches that miss their speed targets (bench/ncu_targets.py).
 # A run longer than one call's limit goes through bench/gpu_background.sh.
 # The machine has torch and triton but not onlinesm: it runs from src/ (with strategies/
 # linked in as onlinesm.strategies); wheels under .whl/ (Liger) are installed first.
@@ -74,6 +75,15 @@ for phase in "$@"; do
         ONLINESM_ATTENTION_VARIANT=$variant timeout 200 python3 -m pytest -q -x -p no:cacheprovider \
           -m "not slow" tests/test_kernel_attention.py > "$OUT/kernels_attention_$variant.log" 2>&1
         echo "== attention kernel tests ($variant): rc=$? $((SECONDS - start)) s"; tail -2 "$OUT/kernels_attention_$variant.log"
+      done ;;
+    ncu)
+      python3 bench/ncu_targets.py --list | while read -r case regex; do
+        timeout 240 ncu --clock-control none -k "regex:$regex" --launch-skip 2 --launch-count 1 \
+          --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
+          --section MemoryWorkloadAnalysis python3 bench/ncu_targets.py "$case" > "$OUT/ncu_$case.txt" 2>&1
+        echo "== ncu $case: rc=$? $((SECONDS - start)) s"
+        grep -a -E "Memory Throughput|DRAM Throughput|Compute \(SM\) Throughput|Achieved Occupancy|Theoretical Occupancy|Registers Per Thread|Duration|Warp Cycles Per Issued|Stall" "$OUT/ncu_$case.txt" | head -14
+        start=$SECONDS
       done ;;
     *) echo "unknown phase $phase" ;;
   esac

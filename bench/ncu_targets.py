@@ -1,0 +1,70 @@
+"""The kernel launches to profile with Nsight Compute, one case per run (a benchmark helper).
+
+What: builds the inputs of one case of the speed tables, calls the kernel three times, and
+exits; ``ncu`` (run by ``bash bench/gpu_run.sh ncu``) profiles the third launch, after the
+compilation and any warm-up. The cases are the rows where the built-in kernels miss their
+targets (reports/h200/bench_softmax.md, bench_attention.md), so the profile names the bound.
+
+    python bench/ncu_targets.py --list
+    ncu --clock-control none -k regex:softmax --launch-skip 2 --launch-count 1 \\
+        python bench/ncu_targets.py softmax_bf16_12288
+
+Needs a CUDA device. The attention case pins its tile config (the autotuner would launch every
+candidate under the profiler): ``64,64,3,4``, the one the bench's autotuner picked at D = 128,
+S = 4096.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any, Callable
+
+#: case -> (description, ncu kernel-name regex)
+CASES: dict[str, tuple[str, str]] = {
+    "softmax_bf16_12288": ("softmax, bf16, 20,345 rows x 12,288 (81% of copy)", "softmax"),
+    "softmax_bf16_65536": ("softmax, bf16, 3,814 rows x 65,536 (74% of copy)", "softmax"),
+    "attention_bf16_d128_s4096": ("attention forward, bf16, B=4 H=16 S=4096 D=128, not causal "
+                                  "(0.72 of cuDNN)", "attn"),
+}
+
+
+def _case(name: str) -> Callable[[], Any]:
+    """The call to profile, inputs built (the call itself not yet made)."""
+    import torch
+
+    from onlinesm import kernels
+
+    kernels.use_interpreter(False)
+    torch.manual_seed(0)
+    if name.startswith("softmax"):
+        n = int(name.rsplit("_", 1)[1])
+        x = torch.randn(int(0.5e9 / (n * 2)), n, device="cuda", dtype=torch.bfloat16)
+        return lambda: kernels.softmax(x)
+    os.environ.setdefault("ONLINESM_ATTENTION_CONFIG", "64,64,3,4")
+    q, k, v = (torch.randn(4, 16, 4096, 128, device="cuda", dtype=torch.bfloat16) for _ in range(3))
+    return lambda: kernels.attention(q, k, v)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("case", nargs="?", choices=sorted(CASES))
+    parser.add_argument("--list", action="store_true", help="print 'case regex' lines and exit")
+    args = parser.parse_args(argv)
+    if args.list or args.case is None:
+        for name, (_, regex) in CASES.items():
+            print(name, regex)
+        return 0
+    import torch
+
+    call = _case(args.case)
+    for _ in range(3):  # compile, warm, then the launch ncu profiles
+        call()
+    torch.cuda.synchronize()
+    print(f"{args.case}: {CASES[args.case][0]}: 3 launches done")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
