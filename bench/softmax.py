@@ -40,31 +40,18 @@ def liger_softmax() -> Callable[[Any], Any] | None:
 def variants(n: int, itemsize: int) -> list[tuple[str, dict[str, Any]]]:
     """Launch variants timed with --tune (names are what the table prints).
 
-    Only candidates that can beat the shipped plan at this N: the variants the H200 table of
-    reports/h200/bench_softmax.md showed losing everywhere were dropped. Each name maps to the
-    TUNING overrides that a PLAN_TABLE row would set to make it the default.
-
     * ``chip chunks``: the on-chip kernel with the row held as 3 power-of-two chunks
       (12288 = 3 x 4096, 3000 = 3 x 1024, 49152 = 3 x 16384) instead of padded to a power of
-      two; fewer registers per program, so two programs share an SM (compiled offline for
-      sm_90: 32 registers at bf16 12288, against 37 for the padded 16384 block). For 16-bit
-      rows of >= 32768 the plan pipelines it (persistent grid, 3 stages), as it does today.
-    * ``chip chunks w16`` / ``r2`` / ``s2``: the same with 16 warps, two rows per program, or
-      the persistent grid with the next rows' loads pipelined (2 stages, 2 programs per SM).
+      two, where that covers fewer columns. The default for fp32 rows of 32k-48k (94% of copy
+      at 49,152 on an H200); it lost at bf16 12,288 (63% against 81%), as did 16 warps, two
+      rows per program and a pipelined grid on it (reports/h200/bench_softmax.md), which are
+      no longer timed.
     """
     out: list[tuple[str, dict[str, Any]]] = []
-    chunked = dict(chip_chunked=True)
     pad = 1 << (n - 1).bit_length()  # the padded power-of-two width of the shipped plan
     fewer = 3 * (1 << (-(-n // 3) - 1).bit_length()) < pad
     if fewer and n <= (65536 if itemsize == 2 else 49152):  # chunks cover fewer columns
-        out.append(("chip chunks", dict(path="on_chip", tuning=chunked)))
-        if itemsize == 2 and 8192 < n <= 16384:
-            out.append(("chip chunks w16", dict(path="on_chip", tuning={**chunked, "chip_warps": 16})))
-            out.append(("chip chunks r2", dict(path="on_chip", tuning={
-                **chunked, "min_elems_per_program": 2 * n})))
-        if itemsize == 2 and 8192 < n <= 65536:
-            out.append(("chip chunks s2", dict(path="on_chip", tuning={
-                **chunked, "chip_stages": 2, "chip_programs_per_sm": 2})))
+        out.append(("chip chunks", dict(path="on_chip", tuning=dict(chip_chunked=True))))
     return out
 
 

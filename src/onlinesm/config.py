@@ -212,6 +212,18 @@ def _join(prefix: str, rest: str) -> str:
     return f"{prefix}.{rest}" if prefix else rest
 
 
+def _target(value: Any, key: str, path: Path, where: str) -> str:
+    """A ``package.module:function`` or ``file.py:function`` value of ``key``; a file is read
+    relative to the file that declares it."""
+    module, sep, attr = value.rpartition(":") if isinstance(value, str) else ("", "", "")
+    if not sep or not module or not attr:
+        raise ConfigError(f"{where} key {key!r} = {value!r} must look like package.module:function "
+                          "or path/to/file.py:function")
+    if module.endswith(".py") or "/" in module:
+        return f"{(path.parent / module).resolve()}:{attr}"
+    return value
+
+
 def _entry(name: str, raw: dict[str, Any], defaults: dict[str, Any], path: Path, where: str) -> KernelEntry:
     if ":" in name or not name.strip():
         raise ConfigError(f"{where}: the kernel name {name!r} must not contain ':' (that marks a "
@@ -239,20 +251,9 @@ def _entry(name: str, raw: dict[str, Any], defaults: dict[str, Any], path: Path,
         else:
             raise ConfigError(f"{where} key 'target' is missing; add target = \"package.module:function\" "
                               "or \"path/to/file.py:function\"")
-    module, sep, attr = target.rpartition(":")
-    if not sep or not module or not attr:
-        raise ConfigError(f"{where} key 'target' = {target!r} must look like package.module:function "
-                          "or path/to/file.py:function")
-    if module.endswith(".py") or "/" in module:
-        target = f"{(path.parent / module).resolve()}:{attr}"  # relative to the declaring file
-    if "baseline" in kw:  # regression mode: the older kernel, a target read like `target`
-        old = kw["baseline"]
-        b_module, b_sep, b_attr = old.rpartition(":") if isinstance(old, str) else ("", "", "")
-        if not b_sep or not b_module or not b_attr:
-            raise ConfigError(f"{where} key 'baseline' = {old!r} must look like package.module:function "
-                              "or path/to/file.py:function (the older kernel to compare with)")
-        if b_module.endswith(".py") or "/" in b_module:
-            kw["baseline"] = f"{(path.parent / b_module).resolve()}:{b_attr}"
+    target = _target(target, "target", path, where)
+    if "baseline" in kw:  # regression mode: the older kernel, read like `target`
+        kw["baseline"] = _target(kw["baseline"], "baseline", path, where)
     if convention not in (None, "onlinesm") and op != "attention":
         raise ConfigError(f"{where} key 'convention' = {convention!r} applies to attention kernels "
                           f"only, not op = {op!r}")

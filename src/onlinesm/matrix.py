@@ -120,9 +120,13 @@ def _properties(entry: Any, overrides: dict[str, Any] | None) -> list[str]:
     return entry.properties()
 
 
+def _digest(text: str) -> str:
+    """A short file-name-safe name for ``text`` (an item id, a kernel name)."""
+    return hashlib.sha1(text.encode()).hexdigest()[:12]
+
+
 def _hung_note(directory: str | os.PathLike[str], kernel: str) -> Path:
-    digest = hashlib.sha1(kernel.encode()).hexdigest()[:12]
-    return Path(directory) / f"hung-{digest}.txt"
+    return Path(directory) / f"hung-{_digest(kernel)}.txt"
 
 
 def run_item(spec: dict[str, Any], prop: str, dtype: str, *, fn: Callable[..., Any] | None = None,
@@ -239,8 +243,7 @@ def write_record(directory: str | os.PathLike[str], record: dict[str, Any]) -> P
     folder = Path(directory)
     folder.mkdir(parents=True, exist_ok=True)
     ident = item_id(record["kernel"], record["property"], record["dtype"])
-    digest = hashlib.sha1(ident.encode()).hexdigest()[:12]
-    path = folder / f"item-{digest}.json"
+    path = folder / f"item-{_digest(ident)}.json"
     tmp = folder / f".{path.name}.{os.getpid()}.tmp"
     tmp.write_text(json.dumps(record, indent=1))
     os.replace(tmp, path)

@@ -454,23 +454,16 @@ TUNING: dict[str, Any] = {
 
 #: Per-range overrides of :data:`TUNING` that :func:`plan` applies for ``path="auto"``: rows of
 #: ``(itemsize, n_min, n_max, overrides)``, the first row with ``itemsize`` equal to the element
-#: size and ``n_min < n_cols <= n_max`` wins; a caller's ``tuning=`` still overrides it. Empty:
-#: the measured defaults above hold everywhere. Switching a range to a measured winner is one
-#: row; the rows for bench/softmax.py's --tune variants:
-#:
-#:     (2, 2048, 16384, dict(chip_chunked=True)),                          # "chip chunks"
-#:     (2, 8192, 16384, dict(chip_chunked=True, chip_warps=16)),           # "chip chunks w16"
-#:     (2, 8192, 16384, dict(chip_chunked=True, min_elems_per_program=24576)),  # "... r2"
-#:     (2, 8192, 16384, dict(chip_chunked=True, chip_stages=2, chip_programs_per_sm=2)),  # s2
-#:     (2, 32768, 49152, dict(max_on_chip=49152, chip_chunked=True)),      # 49152 on chip
-#:     (4, 32768, 49152, dict(max_on_chip=49152, chip_chunked=True)),      # "chip chunks"
+#: size and ``n_min < n_cols <= n_max`` wins; a caller's ``tuning=`` still overrides it.
+#: Switching a range to a measured winner is one row.
 #:
 #: Measured on an H200 (reports/h200/bench_softmax.md, 2026-12-01): fp32 rows of 32k-48k on chip
 #: as 3 chunks of 16,384 reach 94% of copy bandwidth at N = 49,152, against 65% split across
-#: programs; every bf16 row above lost to the defaults (63-66% at 12,288 against 81%). Two
-#: knobs lost everywhere and were removed: the split kernel loading the next row's chunk before
-#: the wait (42-65% of copy against 61-76%), and holding x in its storage dtype (spilled
-#: registers at 64k bf16, never faster).
+#: programs (the row below). In bf16 the chunked rows lost to the defaults (63-66% at 12,288
+#: against 81%, with 16 warps, two rows per program or a pipelined grid as well). Two knobs lost
+#: everywhere and were removed: the split kernel loading the next row's chunk before the wait
+#: (42-65% of copy against 61-76%), and holding x in its storage dtype (spilled registers at
+#: 64k bf16, never faster).
 PLAN_TABLE: list[tuple[int, int, int, dict[str, Any]]] = [
     (4, 32768, 49152, dict(max_on_chip=49152, chip_chunked=True)),
 ]
