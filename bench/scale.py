@@ -75,12 +75,18 @@ def _balance(project: Path) -> str:
     if not runs:
         return ""
     busy: dict[str, list[float]] = {}
+    by_prop: dict[str, list[float]] = {}
     for path in runs[-1].glob("item-*.json"):
         rec = json.loads(path.read_text())
-        busy.setdefault(rec.get("worker", "?"), []).append(float(rec.get("seconds") or 0.0))
+        seconds = float(rec.get("seconds") or 0.0)
+        busy.setdefault(rec.get("worker", "?"), []).append(seconds)
+        by_prop.setdefault(rec.get("property", "?"), []).append(seconds)
     parts = [f"{w}: {len(t)} items, {sum(t):.1f} s" for w, t in sorted(busy.items())]
     total = sum(sum(t) for t in busy.values())
-    return f"items per worker (busy time): {'; '.join(parts)}; total {total:.1f} s"
+    props = sorted(by_prop.items(), key=lambda kv: -sum(kv[1]) / len(kv[1]))
+    means = ", ".join(f"{p} {sum(t) / len(t):.1f} s" for p, t in props[:6])
+    return (f"items per worker (busy time): {'; '.join(parts)}; total {total:.1f} s; "
+            f"mean item time, heaviest properties: {means}")
 
 
 def main() -> int:

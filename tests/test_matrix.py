@@ -282,3 +282,28 @@ def test_workers_steal_work_where_xdist_can(monkeypatch) -> None:
     assert _dist_mode() == "worksteal"
     monkeypatch.setattr(xdist, "__version__", "3.1.0")
     assert _dist_mode() == "load"
+
+
+def test_parallel_order_evens_the_workers_shares() -> None:
+    """Under xdist the matrix items are dealt out by cost: the heavy statistical items of a
+    kernel matrix split evenly between the two workers' contiguous shares, heaviest first, and
+    every item is kept exactly once."""
+    from onlinesm.pytest_items import HEAVY_PROPERTIES, balanced_order
+
+    class Item:
+        def __init__(self, kernel: str, prop: str) -> None:
+            self.kernel, self.prop = kernel, prop
+
+    # collection order: kernel a has a statistical item per dtype, kernel b (say a baseline
+    # kernel with statistical = false) none, so the collection's halves are uneven
+    items = [Item("a", p) for _ in range(3) for p in ("accuracy", "accuracy_statistical")]
+    items += [Item("b", p) for _ in range(3) for p in ("accuracy", "range")]
+    cost = lambda share: sum(HEAVY_PROPERTIES.get(i.prop, 1.0) for i in share)  # noqa: E731
+    assert cost(items[:6]) - cost(items[6:]) == 12  # what xdist would hand out as collected
+    ordered = balanced_order(items, 2)
+    assert sorted(map(id, ordered)) == sorted(map(id, items))
+    first, second = ordered[:6], ordered[6:]  # worksteal's initial contiguous shares
+    assert abs(cost(first) - cost(second)) <= max(HEAVY_PROPERTIES.values())
+    for share in (first, second):  # heaviest first: the items left at a share's end are light
+        assert share[0].prop == "accuracy_statistical"
+        assert share[-1].prop != "accuracy_statistical"

@@ -19,16 +19,24 @@ Example::
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-__all__ = ["MatrixCollector", "KernelCollector", "MatrixItem", "matrix_specs", "collect", "SPECS_KEY"]
+__all__ = ["MatrixCollector", "KernelCollector", "MatrixItem", "matrix_specs", "collect",
+           "balanced_order", "SPECS_KEY"]
 
 #: Where the plugin keeps the kernels it collects on ``config.stash``.
 SPECS_KEY = pytest.StashKey[list]()
+
+#: An item's cost relative to one Hypothesis property of the same run, for ordering the items
+#: of a parallel run: the statistical tier runs hundreds of rows through the kernel and a
+#: simulated baseline, 3-7x a property's time (measured: ci and thorough profiles, CPU,
+#: reports/scale.md).
+HEAVY_PROPERTIES = {"accuracy_statistical": 5.0, "regression": 5.0}
 
 
 def matrix_specs(config: pytest.Config) -> list[dict[str, Any]]:
@@ -133,4 +141,25 @@ def collect(session: pytest.Session, items: list[pytest.Item]) -> None:
     warm_modules()
     warm_targets(specs)
     collector = MatrixCollector.from_parent(session, name="onlinesm", nodeid="onlinesm", specs=specs)
-    items.extend(item for kernel in collector.collect() for item in kernel.collect())
+    matrix = [item for kernel in collector.collect() for item in kernel.collect()]
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1") or 1)
+    items.extend(balanced_order(matrix, workers) if workers > 1 else matrix)
+
+
+def balanced_order(items: list[Any], workers: int) -> list[Any]:
+    """``items`` reordered so that ``workers`` contiguous shares cost about the same, each
+    share heaviest first.
+
+    Why: pytest-xdist's ``worksteal`` first gives each worker one contiguous share of the
+    collection, then moves not-yet-started items from the longest queue to an idle worker; the
+    last items of a queue are never moved. Dealing the items out by cost (heaviest first, in
+    turn) evens the shares, and the light items left at each share's end make a short tail.
+    Every worker computes the same order (it depends on the items' ids only), as xdist requires.
+
+    >>> class I:
+    ...     def __init__(self, prop): self.prop = prop
+    >>> [i.prop for i in balanced_order([I("a"), I("b"), I("accuracy_statistical"), I("c")], 2)]
+    ['accuracy_statistical', 'b', 'a', 'c']
+    """
+    ranked = sorted(items, key=lambda item: -HEAVY_PROPERTIES.get(getattr(item, "prop", ""), 1.0))
+    return [item for k in range(workers) for item in ranked[k::workers]]
