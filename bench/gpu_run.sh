@@ -58,8 +58,8 @@ for phase in "$@"; do
       timeout 1500 python3 bench/scale.py --out "$OUT" ${SCALE_ARGS:-} > "$OUT/scale.log" 2>&1
       echo "== scale: rc=$? $((SECONDS - start)) s"; tail -15 "$OUT/scale.log" ;;
     tune)
-      timeout 260 python3 bench/softmax.py --tune --dtypes bfloat16,float32 --gb ${SOFTMAX_GB:-0.5} \
-        --ns 1000,3000,4096,12288,32768,49152,65536,131072,262144 --budget-s ${SOFTMAX_BUDGET:-150} > "$OUT/softmax_tune.log" 2>&1
+      timeout 300 python3 bench/softmax.py --tune --dtypes bfloat16,float32 --gb ${SOFTMAX_GB:-0.5} \
+        --ns ${TUNE_NS:-1000,3000,4096,12288,32768,49152,65536,131072,262144} --budget-s ${SOFTMAX_BUDGET:-150} > "$OUT/softmax_tune.log" 2>&1
       echo "== softmax tune: rc=$? $((SECONDS - start)) s"; grep -a "^| " "$OUT/softmax_tune.log" | tail -70 ;;
     softmax3)
       for i in 1 2 3; do

@@ -43,15 +43,24 @@ def variants(n: int, itemsize: int) -> list[tuple[str, dict[str, Any]]]:
     * ``chip chunks``: the on-chip kernel with the row held as 3 power-of-two chunks
       (12288 = 3 x 4096, 3000 = 3 x 1024, 49152 = 3 x 16384) instead of padded to a power of
       two, where that covers fewer columns. The default for fp32 rows of 32k-48k (94% of copy
-      at 49,152 on an H200); it lost at bf16 12,288 (63% against 81%), as did 16 warps, two
-      rows per program and a pipelined grid on it (reports/h200/bench_softmax.md), which are
-      no longer timed.
+      at 49,152 on an H200). It lost in bf16 (63% at 12,288 against 81%) while it computed the
+      exp twice per element; it now keeps e, as the one-chunk form does.
+    * ``split cC wW xP``: long rows split across cooperating programs, chunks of C elements,
+      W warps, P programs per SM (P > 1: one program's loads overlap another's reductions and
+      wait). The kernel now computes one exp per element (it rescales the kept exps by one
+      factor per chunk), which 16-bit rows need: they are bound by the exp unit.
     """
     out: list[tuple[str, dict[str, Any]]] = []
     pad = 1 << (n - 1).bit_length()  # the padded power-of-two width of the shipped plan
     fewer = 3 * (1 << (-(-n // 3) - 1).bit_length()) < pad
     if fewer and n <= (65536 if itemsize == 2 else 49152):  # chunks cover fewer columns
         out.append(("chip chunks", dict(path="on_chip", tuning=dict(chip_chunked=True))))
+    if n > 32768:
+        for chunk, warps, per_sm in ((32768, 32, 1), (16384, 16, 2), (16384, 32, 2), (8192, 8, 4)):
+            if (chunk, per_sm) == (32768, 1) and itemsize == 4:
+                continue  # the shipped fp32 plan
+            out.append((f"split c{chunk} w{warps} x{per_sm}", dict(path="split", tuning=dict(
+                split_chunk=chunk, split_warps=warps, split_programs_per_sm=per_sm))))
     return out
 
 
@@ -158,8 +167,10 @@ def main() -> None:
         for r in results:
             for k, v in r.items():
                 if isinstance(v, float) and k not in ("copy",):
-                    tune_rows.append([r["dtype"], r["N"], k, v, f"{v / r['copy']:.0%}"])
-        tmd = markdown_table(["dtype", "N", "kernel", "GB/s", "of copy"], tune_rows)
+                    err = r.get(f"{k}_err")
+                    tune_rows.append([r["dtype"], r["N"], k, v, f"{v / r['copy']:.0%}",
+                                      f"{err[1]:.2e}" if err else None])
+        tmd = markdown_table(["dtype", "N", "kernel", "GB/s", "of copy", "max rel err"], tune_rows)
         print(tmd)
         md += "\n\n" + tmd
     write_outputs("softmax", dict(device=dev, torch=torch.__version__,
