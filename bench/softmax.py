@@ -56,11 +56,15 @@ def variants(n: int, itemsize: int) -> list[tuple[str, dict[str, Any]]]:
     if fewer and n <= (65536 if itemsize == 2 else 49152):  # chunks cover fewer columns
         out.append(("chip chunks", dict(path="on_chip", tuning=dict(chip_chunked=True))))
     if n > 32768:
-        for chunk, warps, per_sm in ((32768, 32, 1), (16384, 16, 2), (16384, 32, 2), (8192, 8, 4)):
-            if (chunk, per_sm) == (32768, 1) and itemsize == 4:
+        for chunk, warps, per_sm in ((8192, 8, 4), (8192, 16, 4), (4096, 4, 8), (4096, 8, 8)):
+            if (chunk, warps, per_sm) == (8192, 8, 4) and itemsize == 4:
                 continue  # the shipped fp32 plan
             out.append((f"split c{chunk} w{warps} x{per_sm}", dict(path="split", tuning=dict(
                 split_chunk=chunk, split_warps=warps, split_programs_per_sm=per_sm))))
+        if itemsize == 2:  # 16-bit long rows stream (two reads) by default
+            for tile, warps in ((4096, 8), (4096, 16), (2048, 8)):
+                out.append((f"stream t{tile} w{warps}", dict(path="stream", tuning=dict(
+                    stream_tile=tile, stream_warps=warps))))
     return out
 
 

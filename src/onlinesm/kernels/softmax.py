@@ -453,9 +453,12 @@ TUNING: dict[str, Any] = {
     # Long rows on the GPU: fp32 split across programs (1 read), 16-bit types streamed (2 reads;
     # measured faster for them: a 16-bit chunk carries half the bytes per synchronisation).
     "split_itemsizes": (4,),
-    "split_chunk": 32768,
-    "split_warps": 32,
-    "split_programs_per_sm": 1,
+    # Four programs of 8 warps per SM, 8192 elements each: one program's loads overlap the
+    # others' reductions and waits (measured on the H200, fp32: 86/84/82% of copy at 64k/128k/
+    # 256k against 78/75/68% with one 32-warp program of 32768 per SM).
+    "split_chunk": 8192,
+    "split_warps": 8,
+    "split_programs_per_sm": 4,
     "max_spin": 1 << 20,  # ~1 s of polling: far beyond any real wait, short of a hang
     # Candidates for the H200 sweep (off by default until measured; bench/softmax.py --tune):
     "chip_chunked": False,  # cover a row by 3 power-of-two chunks when that pads less
