@@ -204,6 +204,17 @@ def test_chunked_rows_propagate_nan_and_posinf():
     assert torch.isnan(y[0]).all() and torch.isnan(y[1]).all() and torch.isfinite(y[2]).all()
 
 
+def test_long_rows_split_on_the_gpu_stream_under_the_interpreter():
+    """The shipped table: fp32 rows past the on-chip limit and 16-bit rows past 65,536 split
+    across programs on the GPU (one read); 16-bit rows up to 65,536 stream; the interpreter,
+    which runs programs one at a time, always streams."""
+    assert sm.plan(65536, itemsize=4, interpreted=False).path == "split"
+    assert sm.plan(65536, itemsize=2, interpreted=False).path == "stream"
+    assert sm.plan(131072, itemsize=2, interpreted=False).path == "split"
+    assert sm.plan(131072, itemsize=2, interpreted=True).path == "stream"
+    assert sm.plan(1 << 22, itemsize=2, interpreted=False).path == "stream"  # past 64 chunks
+
+
 def test_plan_table_sets_the_auto_plan_for_its_range(monkeypatch):
     row = (2, 8192, 16384, dict(chip_chunked=True, chip_warps=16))
     monkeypatch.setattr(sm, "PLAN_TABLE", [row])

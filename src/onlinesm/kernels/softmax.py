@@ -473,12 +473,16 @@ TUNING: dict[str, Any] = {
 #: Measured on an H200 (reports/h200/bench_softmax.md, 2026-12-01): fp32 rows of 32k-48k on chip
 #: as 3 chunks of 16,384 reach 94% of copy bandwidth at N = 49,152, against 65% split across
 #: programs (the row below). In bf16 the chunked rows lost to the defaults (63-66% at 12,288
-#: against 81%, with 16 warps, two rows per program or a pipelined grid as well). Two knobs lost
+#: against 81%, with 16 warps, two rows per program or a pipelined grid as well; still 63% with
+#: one exp per element instead of two, so the exp unit is not what holds it back). Two knobs lost
 #: everywhere and were removed: the split kernel loading the next row's chunk before the wait
 #: (42-65% of copy against 61-76%), and holding x in its storage dtype (spilled registers at
 #: 64k bf16, never faster).
+#: 16-bit rows past 65,536 split across programs (one read) instead of streamed (two): 68% and
+#: 63% of copy at 131,072 and 262,144 in bf16, against 66% and 61% (at 65,536 both 72-73%).
 PLAN_TABLE: list[tuple[int, int, int, dict[str, Any]]] = [
     (4, 32768, 49152, dict(max_on_chip=49152, chip_chunked=True)),
+    (2, 65536, 1 << 21, dict(split_itemsizes=(2, 4))),
 ]
 
 
