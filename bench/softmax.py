@@ -43,12 +43,12 @@ def variants(n: int, itemsize: int) -> list[tuple[str, dict[str, Any]]]:
     * ``chip chunks``: the on-chip kernel with the row held as 3 power-of-two chunks
       (12288 = 3 x 4096, 3000 = 3 x 1024, 49152 = 3 x 16384) instead of padded to a power of
       two, where that covers fewer columns. The default for fp32 rows of 32k-48k (94% of copy
-      at 49,152 on an H200). It lost in bf16 (63% at 12,288 against 81%) while it computed the
-      exp twice per element; it now keeps e, as the one-chunk form does.
+      at 49,152 on an H200). It loses in bf16 (63% at 12,288 against 81%), with one exp per
+      element as with two.
     * ``split cC wW xP``: long rows split across cooperating programs, chunks of C elements,
       W warps, P programs per SM (P > 1: one program's loads overlap another's reductions and
-      wait). The kernel now computes one exp per element (it rescales the kept exps by one
-      factor per chunk), which 16-bit rows need: they are bound by the exp unit.
+      wait). Four 8-warp programs of 8192 per SM is the shipped plan (fp32 everywhere, 16-bit
+      past 65,536).
     """
     out: list[tuple[str, dict[str, Any]]] = []
     pad = 1 << (n - 1).bit_length()  # the padded power-of-two width of the shipped plan
