@@ -213,6 +213,10 @@ def test_long_rows_split_on_the_gpu_stream_under_the_interpreter():
     assert sm.plan(131072, itemsize=2, interpreted=False).path == "split"
     assert sm.plan(131072, itemsize=2, interpreted=True).path == "stream"
     assert sm.plan(1 << 22, itemsize=2, interpreted=False).path == "stream"  # past 64 chunks
+    # 16-bit rows of 4k-32k: 64 elements per thread (8 warps for a 16,384 block, not 32)
+    assert sm.plan(12288, itemsize=2).num_warps == 8
+    assert sm.plan(12288, itemsize=4).num_warps == 32
+    assert sm.plan(4096, itemsize=2).num_warps == 8  # below the range: 16 per thread
 
 
 def test_plan_table_sets_the_auto_plan_for_its_range(monkeypatch):
