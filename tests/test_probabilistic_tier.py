@@ -137,3 +137,16 @@ def test_sequential_sum_can_exceed_the_probabilistic_tier_and_the_message_says_s
     assert not cp.ok and cp.max_bound_use < 1.5
     text = cp.message(inputs=x)
     assert "adds one element at a time" in text and "declare it" not in text
+
+
+def test_failure_hint_names_the_tier_it_failed() -> None:
+    """A failure under the probabilistic tier points to the worst-case tier (a correct kernel
+    with one-way rounding can exceed it); under the worst case it asks for the numerics."""
+    x = np.array([[0.0, 1.0, 2.0]], np.float32)
+    for numerics, words, not_words in ((PROB, "worst-case tier", "declare it"),
+                                       (Numerics(), "declare it", "worst-case tier")):
+        b = softmax_bound(x, numerics=numerics)
+        off = compare(b.exact * (1 + 1e-3), b.exact, b, out_dtype="float32")
+        assert not off.ok and off.tier == numerics.tier
+        text = off.message(inputs=x)
+        assert words in text and not_words not in text

@@ -184,6 +184,7 @@ class Comparison:
     out_dtype: str = "float32"
     numerics: str = ""
     what: str = ""
+    tier: str = "worst-case"  # the bound's tier (Numerics.tier): the failure hint depends on it
     worst_bound: float = 0.0
     worst_ulp: float = 0.0
     worst_rel: float = 0.0
@@ -235,7 +236,7 @@ class Comparison:
             ]
         if inputs is not None and self.n_checked:
             lines += _inputs_text(inputs, self.worst_index, name)
-        if not self.ok and np.isfinite(self.max_bound_use) and "tier=probabilistic" in self.numerics:
+        if not self.ok and np.isfinite(self.max_bound_use) and self.tier == "probabilistic":
             lines.append("The probabilistic bound holds for a correct kernel whose rounding errors "
                          "do not all lean one way. A kernel that adds one element at a time to a "
                          "running sum can exceed it on near-equal terms and still be correct "
@@ -391,9 +392,11 @@ def compare(actual: Any, exact: Any, bound: Any, *, out_dtype: Any = None) -> Co
     n = int(a64.size)
     numerics = getattr(bound, "numerics", None)
     described = numerics.describe() if hasattr(numerics, "describe") else str(numerics or "")
+    tier = getattr(numerics, "tier", "worst-case")
     if n == 0:
         return Comparison(True, 0, 0, (), np.nan, np.nan, 0.0, 0.0, 0.0, 0.0, 0.0, {},
-                          out_dtype=fmt.name, numerics=described, what=getattr(bound, "what", ""))
+                          out_dtype=fmt.name, numerics=described, what=getattr(bound, "what", ""),
+                          tier=tier)
     failed = err > allowed
     # the worst element: largest bound use, ties broken by the absolute error
     key = np.where(np.isnan(use), np.inf, use)
@@ -424,6 +427,7 @@ def compare(actual: Any, exact: Any, bound: Any, *, out_dtype: Any = None) -> Co
         out_dtype=fmt.name,
         numerics=described,
         what=getattr(bound, "what", ""),
+        tier=tier,
         worst_bound=float(allowed[worst]),
         worst_ulp=float(ulps[worst]),
         worst_rel=float(rel[worst]),
