@@ -45,6 +45,8 @@ def variants(n: int, itemsize: int) -> list[tuple[str, dict[str, Any]]]:
       two, where that covers fewer columns. The default for fp32 rows of 32k-48k (94% of copy
       at 49,152 on an H200). It loses in bf16 (63% at 12,288 against 81%), with one exp per
       element as with two.
+    * ``chip eptE``: 16-bit rows of 2k-32k on chip with E elements per thread (fewer threads
+      per row, more rows in flight per SM); 64 is the shipped plan for (4096, 32768].
     * ``split cC wW xP``: long rows split across cooperating programs, chunks of C elements,
       W warps, P programs per SM (P > 1: one program's loads overlap another's reductions and
       wait). Four 8-warp programs of 8192 per SM is the shipped plan (fp32 everywhere, 16-bit
@@ -58,9 +60,6 @@ def variants(n: int, itemsize: int) -> list[tuple[str, dict[str, Any]]]:
     if itemsize == 2 and 2048 < n <= 32768:  # latency-bound rows: fewer threads per row
         for ept in (32, 64):
             out.append((f"chip ept{ept}", dict(path="on_chip", tuning=dict(elems_per_thread=ept))))
-    if itemsize == 2 and 32768 < n <= 49152:  # 16-bit rows of 48k on chip, pipelined
-        out.append(("chip chunks s3", dict(path="on_chip", tuning=dict(
-            max_on_chip=49152, chip_chunked=True, chip_stages=3))))
     if n > 32768:
         for chunk, warps, per_sm in ((8192, 8, 4), (8192, 16, 4), (4096, 4, 8), (4096, 8, 8)):
             if (chunk, warps, per_sm) == (8192, 8, 4) and itemsize == 4:

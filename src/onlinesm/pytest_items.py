@@ -34,7 +34,7 @@ SPECS_KEY = pytest.StashKey[list]()
 
 #: An item's cost relative to one Hypothesis property of the same run, for ordering the items
 #: of a parallel run: the statistical tier runs hundreds of rows through the kernel and a
-#: simulated baseline, 3-7x a property's time (measured: ci and thorough profiles, CPU,
+#: simulated baseline, 3-6x a property's time (measured on the CPU, ci and thorough profiles:
 #: reports/scale.md).
 HEAVY_PROPERTIES = {"accuracy_statistical": 5.0, "regression": 5.0}
 
@@ -154,7 +154,8 @@ def balanced_order(items: list[Any], workers: int) -> list[Any]:
     collection, then moves not-yet-started items from the longest queue to an idle worker; the
     last items of a queue are never moved. Dealing the items out by cost (heaviest first, in
     turn) evens the shares, and the light items left at each share's end make a short tail.
-    Every worker computes the same order (it depends on the items' ids only), as xdist requires.
+    Every worker computes the same order (it depends only on the collection order and the
+    items' properties), as xdist requires.
 
     >>> class I:
     ...     def __init__(self, prop): self.prop = prop

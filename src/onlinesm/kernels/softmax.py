@@ -13,8 +13,9 @@ Why three kernels (the launcher picks one per call):
   reads + one write, never a third pass. Pass 2 walks the tiles backwards so that the tiles read
   last in pass 1 -- the ones most likely still in L2 -- are read first.
 * ``_softmax_split_kernel`` -- compiled GPU only, for rows too long for one program: a row is cut
-  into chunks held in registers by cooperating programs, which swap their partial (m, d) through
-  global memory, merge them, and write. One read + one write again. Programs wait for each other,
+  into chunks held in registers (as exp(x - m_chunk)) by cooperating programs, which swap their
+  partial (m, d) through global memory, merge them, rescale their chunk by one factor, and
+  write. One read + one write again, one exp per element. Programs wait for each other,
   so the grid is persistent (never more programs than fit on the GPU at once) and the wait is
   bounded: a wait that times out writes NaN instead of hanging. The interpreter runs programs one
   after another, so it never takes this path.
@@ -449,12 +450,13 @@ TUNING: dict[str, Any] = {
     "chip_pipelined_stages": 3,
     "stream_tile": 8192,
     "stream_warps": 16,
-    # Long rows on the GPU: fp32 split across programs (1 read), 16-bit types streamed (2 reads;
-    # measured faster for them: a 16-bit chunk carries half the bytes per synchronisation).
+    # Long rows on the GPU: fp32 split across programs (1 read); 16-bit rows up to 65,536
+    # streamed (2 reads: as fast there, a 16-bit chunk carrying half the bytes per
+    # synchronisation), split past it (PLAN_TABLE).
     "split_itemsizes": (4,),
     # Four programs of 8 warps per SM, 8192 elements each: one program's loads overlap the
-    # others' reductions and waits (measured on the H200, fp32: 86/84/82% of copy at 64k/128k/
-    # 256k against 78/75/68% with one 32-warp program of 32768 per SM).
+    # others' reductions and waits (measured on the H200, fp32, medians of 3 runs: 86/84/81% of
+    # copy at 64k/128k/256k against 78/75/68% with one 32-warp program of 32768 per SM).
     "split_chunk": 8192,
     "split_warps": 8,
     "split_programs_per_sm": 4,
@@ -471,7 +473,7 @@ TUNING: dict[str, Any] = {
 #:
 #: Measured on an H200 (reports/h200/bench_softmax.md, 2026-12-01): fp32 rows of 32k-48k on chip
 #: as 3 chunks of 16,384 reach 94% of copy bandwidth at N = 49,152, against 65% split across
-#: programs (the row below). In bf16 the chunked rows lost to the defaults (63-66% at 12,288
+#: programs (the first row). In bf16 the chunked rows lost to the defaults (63-66% at 12,288
 #: against 81%, with 16 warps, two rows per program or a pipelined grid as well; still 63% with
 #: one exp per element instead of two, so the exp unit is not what holds it back). Two knobs lost
 #: everywhere and were removed: the split kernel loading the next row's chunk before the wait
