@@ -16,6 +16,11 @@ Run (GPU)::
     python bench/attention.py                    # the full table
     python bench/attention.py --quick            # D=128, S in {1k, 4k}, bf16
     OUT=/tmp/res python bench/attention.py       # also writes bench_attention.{json,md}
+    python bench/attention.py --tiles "64,64,3,4;128,64,2,8,128"   # also each pinned config
+
+``--tiles`` times each listed configuration (BLOCK_M,BLOCK_N,stages,warps[,maxnreg], the
+``ONLINESM_ATTENTION_CONFIG`` format) beside the autotuned kernel, and reports the best: how
+candidates outside the autotuning list are measured before they join it.
 
 JSON and Markdown go into ``$OUT`` when set (bench/_common.py's ``write_outputs``).
 """
@@ -85,8 +90,26 @@ def _correctness(dtype: Any, d: int, causal: bool) -> dict[str, float]:
     return out
 
 
+def _time_pinned(tiles: list[str], call: Callable[[], Any]) -> tuple[float, str]:
+    """The fastest of ``tiles`` (each pinned through ONLINESM_ATTENTION_CONFIG): (ms, tiles)."""
+    from onlinesm.kernels.attention import CONFIG_ENV
+
+    best = (math.inf, "")
+    for t in tiles:
+        os.environ[CONFIG_ENV] = t
+        try:
+            call()
+            best = min(best, (time_ms(call), t))
+        except Exception as e:  # out of resources for this head dim: not a candidate here
+            print(f"  tiles {t}: {type(e).__name__}: {str(e).splitlines()[0][:100]}", flush=True)
+        finally:
+            os.environ.pop(CONFIG_ENV, None)
+    return best
+
+
 def run_bench(
-    dtypes: list[str], dims: list[int], seqs: list[int], causals: list[bool]
+    dtypes: list[str], dims: list[int], seqs: list[int], causals: list[bool],
+    tiles: list[str] | None = None,
 ) -> dict[str, Any]:
     """Time every configuration; return the rows and the run's metadata."""
     import torch
@@ -117,6 +140,9 @@ def run_bench(
                     row["config"] = "" if cfg is None else (
                         f"{cfg.kwargs['BLOCK_M']}x{cfg.kwargs['BLOCK_N']} "
                         f"s{cfg.num_stages} w{cfg.num_warps}")
+                    if tiles:
+                        ms, best = _time_pinned(tiles, lambda: attn_fn(q, k, v, causal=causal))
+                        row["pinned"], row["pinned_tiles"] = f / ms * 1e-9, best
                     for backend in BACKENDS:
                         fn = _sdpa(backend)
                         try:
@@ -145,11 +171,14 @@ def run_bench(
         "flops": "4*B*H*Sq*Sk*D, halved for causal; median of triton.testing.do_bench",
         "rows": rows,
         "checks": checks,
+        "tiles": tiles or [],
     }
 
 
 HEADER = ["dtype", "D", "S", "causal", "onlinesm", "flash", "cudnn", "efficient",
           "vs flash", "vs cuDNN", "tiles"]
+#: The extra columns under ``--tiles``: the best pinned configuration.
+PINNED_HEADER = ["best pinned", "pinned vs cuDNN", "pinned tiles"]
 
 
 def _cells(r: dict[str, Any]) -> list[Any]:
@@ -161,7 +190,9 @@ def _cells(r: dict[str, Any]) -> list[Any]:
 
     return [r["dtype"], r["D"], r["S"], "yes" if r["causal"] else "no",
             num(r["onlinesm"]), num(r["flash"]), num(r["cudnn"]), num(r["efficient"]),
-            ratio(r["onlinesm"], r["flash"]), ratio(r["onlinesm"], r["cudnn"]), r["config"]]
+            ratio(r["onlinesm"], r["flash"]), ratio(r["onlinesm"], r["cudnn"]), r["config"]] + (
+        [num(r["pinned"]), ratio(r["pinned"], r["cudnn"]), r["pinned_tiles"]] if "pinned" in r
+        else [])
 
 
 def _fmt_row(r: dict[str, Any]) -> str:
@@ -178,7 +209,8 @@ def to_markdown(result: dict[str, Any]) -> str:
         f"torch {result['torch']}, triton {result['triton']}, cuDNN {result['cudnn']}, "
         f"python {result['python']}; `{result['command']}`; {result['flops']}.",
         "",
-        markdown_table(HEADER, [_cells(r) for r in result["rows"]]),
+        markdown_table(HEADER + (PINNED_HEADER if result.get("tiles") else []),
+                       [_cells(r) for r in result["rows"]]),
         "",
         "Correctness: max |o - SDPA math in float32| on 2 x 8 x 1000 x D:",
         "",
@@ -194,6 +226,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seqs", default="1024,2048,4096,8192,16384")
     ap.add_argument("--causal", default="no,yes", help="no, yes or no,yes")
     ap.add_argument("--quick", action="store_true", help="bf16, D=128, S in {1k, 4k}")
+    ap.add_argument("--tiles", default="", help="also time these pinned configs, ';'-separated "
+                    "BLOCK_M,BLOCK_N,stages,warps[,maxnreg] (e.g. '64,64,3,4;128,64,2,8,128')")
     a = ap.parse_args(argv)
     import torch
 
@@ -202,13 +236,15 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if a.quick:
         a.dtypes, a.dims, a.seqs = "bfloat16", "128", "1024,4096"
-    print("| " + " | ".join(HEADER) + " |", flush=True)
+    tiles = [t.strip() for t in a.tiles.split(";") if t.strip()]
+    print("| " + " | ".join(HEADER + (PINNED_HEADER if tiles else [])) + " |", flush=True)
     os.environ.pop("ONLINESM_ATTENTION_CONFIG", None)  # autotune
     result = run_bench(
         a.dtypes.split(","),
         [int(x) for x in a.dims.split(",")],
         [int(x) for x in a.seqs.split(",")],
         [x.strip() == "yes" for x in a.causal.split(",")],
+        tiles,
     )
     md = to_markdown(result)
     print(md)

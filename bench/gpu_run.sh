@@ -11,6 +11,7 @@
 #         tune: the softmax launch variants side by side (bench/softmax.py --tune), each
 #         checked for correctness in the same run; softmax3: three bench runs (medians);
 #         kernels: the kernel test files compiled on the GPU, each attention variant too;
+#         attention: bench/attention.py with ATTN_ARGS (e.g. --tiles to time pinned configs);
 #         ncu: Nsight Compute on the launches that miss their speed targets (bench/ncu_targets.py).
 # A run longer than one call's limit goes through bench/gpu_background.sh.
 # The machine has torch and triton but not onlinesm: it runs from src/ (with strategies/
@@ -85,6 +86,9 @@ for phase in "$@"; do
         grep -a -E "Memory Throughput|DRAM Throughput|Compute \(SM\) Throughput|Achieved Occupancy|Theoretical Occupancy|Registers Per Thread|Duration|Warp Cycles Per Issued|Stall" "$OUT/ncu_$case.txt" | head -14
         start=$SECONDS
       done ;;
+    attention)
+      timeout 560 python3 bench/attention.py ${ATTN_ARGS:-} > "$OUT/attention.log" 2>&1
+      echo "== attention: rc=$? $((SECONDS - start)) s"; grep -a "^| [bf]\|^check\|tiles .*Error" "$OUT/attention.log" | head -60 ;;
     *) echo "unknown phase $phase" ;;
   esac
 done

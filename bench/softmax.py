@@ -47,6 +47,7 @@ def variants(n: int, itemsize: int) -> list[tuple[str, dict[str, Any]]]:
       element as with two.
     * ``chip eptE``: 16-bit rows of 2k-32k on chip with E elements per thread (fewer threads
       per row, more rows in flight per SM); 64 is the shipped plan for (4096, 32768].
+      ``chip chunks eptE`` does the same with the row held as 3 chunks (less padding).
     * ``split cC wW xP``: long rows split across cooperating programs, chunks of C elements,
       W warps, P programs per SM (P > 1: one program's loads overlap another's reductions and
       wait). Four 8-warp programs of 8192 per SM is the shipped plan (fp32 everywhere, 16-bit
@@ -56,10 +57,17 @@ def variants(n: int, itemsize: int) -> list[tuple[str, dict[str, Any]]]:
     pad = 1 << (n - 1).bit_length()  # the padded power-of-two width of the shipped plan
     fewer = 3 * (1 << (-(-n // 3) - 1).bit_length()) < pad
     if fewer and n <= (65536 if itemsize == 2 else 49152):  # chunks cover fewer columns
-        out.append(("chip chunks", dict(path="on_chip", tuning=dict(chip_chunked=True))))
-    if itemsize == 2 and 2048 < n <= 32768:  # latency-bound rows: fewer threads per row
-        for ept in (32, 64):
-            out.append((f"chip ept{ept}", dict(path="on_chip", tuning=dict(elems_per_thread=ept))))
+        out.append(("chip chunks", dict(path="on_chip", tuning=dict(
+            chip_chunked=True, elems_per_thread=16, chunk_elems_per_thread=0))))
+    if itemsize == 2 and 2048 < n <= 65536:  # latency-bound rows: fewer threads per row
+        epts = (32, 64, 128) if n <= 32768 else (128,)
+        for ept in epts:
+            out.append((f"chip ept{ept}", dict(path="on_chip", tuning=dict(
+                elems_per_thread=ept, chip_chunked=False))))
+        if fewer:  # and without the padding of the power-of-two width
+            for ept in epts:
+                out.append((f"chip chunks ept{ept}", dict(path="on_chip", tuning=dict(
+                    chip_chunked=True, chunk_elems_per_thread=ept))))
     if n > 32768:
         for chunk, warps, per_sm in ((8192, 8, 4), (8192, 16, 4), (4096, 4, 8), (4096, 8, 8)):
             if (chunk, warps, per_sm) == (8192, 8, 4) and itemsize == 4:

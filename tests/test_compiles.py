@@ -90,3 +90,16 @@ def test_pinned_configs_select_the_table(monkeypatch: pytest.MonkeyPatch) -> Non
         assert mod.launch_config(64, interpret=False) == (128, 64, 3, 8)
     assert os.environ.get(kernels.PIN_ENV) is None
     assert not kernels.configs_pinned()
+
+
+def test_config_env_takes_a_register_cap_and_rejects_other_forms(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    kernels.attention  # noqa: B018
+    mod = sys.modules["onlinesm.kernels.attention"]
+    monkeypatch.setenv(mod.CONFIG_ENV, "128,64,2,8,128")
+    assert mod.launch_config(128, interpret=False) == (128, 64, 2, 8, 128)
+    for bad in ("128,64,2", "128,64,2,8,128,1", "128,x,2,8"):
+        monkeypatch.setenv(mod.CONFIG_ENV, bad)
+        with pytest.raises(ValueError, match=r"BLOCK_M,BLOCK_N,num_stages,num_warps\[,maxnreg\]"):
+            mod.launch_config(128, interpret=False)

@@ -214,9 +214,16 @@ def test_long_rows_split_on_the_gpu_stream_under_the_interpreter():
     assert sm.plan(131072, itemsize=2, interpreted=True).path == "stream"
     assert sm.plan(1 << 22, itemsize=2, interpreted=False).path == "stream"  # past 64 chunks
     # 16-bit rows of 4k-32k: 64 elements per thread (8 warps for a 16,384 block, not 32)
-    assert sm.plan(12288, itemsize=2).num_warps == 8
+    assert sm.plan(16384, itemsize=2).num_warps == 8
     assert sm.plan(12288, itemsize=4).num_warps == 32
     assert sm.plan(4096, itemsize=2).num_warps == 8  # below the range: 16 per thread
+    # ... unless 3 chunks pad less: then 128 per thread (12,288 = 3 x 4096 in 4 warps), and
+    # 16-bit rows up to 49,152 stay on chip that way
+    for n, chunks, warps in ((3000, 3, 1), (12288, 3, 4), (8000, 1, 4), (24576, 1, 16),
+                             (40000, 3, 16)):
+        p = sm.plan(n, itemsize=2, interpreted=False)
+        assert (p.path, p.chunks, p.num_warps) == ("on_chip", chunks, warps), n
+    assert sm.plan(49153, itemsize=2, interpreted=False).path == "stream"
 
 
 def test_plan_table_sets_the_auto_plan_for_its_range(monkeypatch):
@@ -228,6 +235,11 @@ def test_plan_table_sets_the_auto_plan_for_its_range(monkeypatch):
     assert sm.plan(4096, itemsize=2).chunks == 1  # outside the range: untouched
     assert sm.plan(12288, itemsize=2, tuning=dict(chip_warps=8)).num_warps == 8  # caller wins
     assert sm.plan(12288, itemsize=2, path="on_chip").chunks == 1  # a forced path: no table
+    # chunk_elems_per_thread sets the warps of chunked rows only
+    row = (2, 2048, 16384, dict(chip_chunked=True, chunk_elems_per_thread=128))
+    monkeypatch.setattr(sm, "PLAN_TABLE", [row])
+    assert sm.plan(12288, itemsize=2).num_warps == 4  # 12288 / (32 * 128) = 3, up to a power of 2
+    assert sm.plan(16384, itemsize=2).num_warps == 16384 // (32 * 16)  # one block: 16 each
     monkeypatch.setattr(sm, "PLAN_TABLE", [(4, 0, 1 << 30, dict(max_on_chip=128))])
     x = make(gaussian(3, 200, seed=3), torch.float32)
     assert sm.plan(200, itemsize=4, interpreted=True).path == "stream"
@@ -427,11 +439,13 @@ def test_gpu_many_rows_split_grid_is_persistent():
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 # Forced on chip only up to 49152: at 65539 in fp32 the row needs 393 KB of shared memory and
 # Triton raises OutOfResources (path="auto" never sends such a row on chip).
-@pytest.mark.parametrize("n", [12288, 49152])
+@pytest.mark.parametrize("n", [3000, 12288, 49152])
 def test_gpu_sweep_candidates(dtype, n):
     # The variants bench/softmax.py --tune times, on the rows that break kernels.
     t = _hard_rows(n, dtype)
-    cases = [dict(path="on_chip", tuning=CHUNKED),
+    cases = [dict(),  # the shipped plan (16-bit: 3 chunks, 128 elements per thread)
+             dict(path="on_chip", tuning=CHUNKED),
+             dict(path="on_chip", tuning=dict(chip_chunked=True, chunk_elems_per_thread=128)),
              dict(path="on_chip", tuning=dict(chip_chunked=True, chip_stages=2,
                                               chip_programs_per_sm=2))]
     for kw in cases:

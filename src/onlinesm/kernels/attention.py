@@ -487,23 +487,27 @@ PINNED_CONFIGS: dict[int, tuple[int, int, int, int]] = {
 }
 
 
-def _fixed_config() -> tuple[int, int, int, int] | None:
-    """The tile config pinned through ``ONLINESM_ATTENTION_CONFIG``, if any."""
+def _fixed_config() -> tuple[int, ...] | None:
+    """The tile config pinned through ``ONLINESM_ATTENTION_CONFIG``, if any: four integers,
+    or five with a register cap per thread (``maxnreg``) last."""
     text = os.environ.get(CONFIG_ENV, "").strip()
     if not text:
         return None
     try:
-        bm, bn, stages, warps = (int(x) for x in text.split(","))
+        numbers = tuple(int(x) for x in text.split(","))
     except ValueError:
+        numbers = ()
+    if len(numbers) not in (4, 5):
         raise ValueError(
-            f"{CONFIG_ENV}={text!r} is not 'BLOCK_M,BLOCK_N,num_stages,num_warps'; "
+            f"{CONFIG_ENV}={text!r} is not 'BLOCK_M,BLOCK_N,num_stages,num_warps[,maxnreg]'; "
             f"use e.g. 128,64,3,8, or unset it to autotune"
-        ) from None
-    return bm, bn, stages, warps
+        )
+    return numbers
 
 
-def launch_config(block_d: int, *, interpret: bool = INTERPRETED) -> tuple[int, int, int, int] | None:
-    """The (BLOCK_M, BLOCK_N, num_stages, num_warps) the launcher uses, or None to autotune.
+def launch_config(block_d: int, *, interpret: bool = INTERPRETED) -> tuple[int, ...] | None:
+    """The (BLOCK_M, BLOCK_N, num_stages, num_warps[, maxnreg]) the launcher uses, or None to
+    autotune.
 
     In order: the interpreter's ``INTERPRET_CONFIG`` (stages and warps do not matter there);
     ``ONLINESM_ATTENTION_CONFIG`` when set; ``PINNED_CONFIGS[block_d]`` while configs are
@@ -691,13 +695,15 @@ def attention(
         grid = (triton.cdiv(Sq, cfg["BLOCK_M"]), B * H)
         _attn_fwd[grid](*args, **cfg, **common)
     elif config is not None:
-        bm, bn, stages, warps = config
+        bm, bn, stages, warps = config[:4]
+        cap = {"maxnreg": config[4]} if len(config) == 5 else {}
         # under a check (configs pinned) the bounded variant; a config fixed by hand otherwise
         # runs the fully specialised kernel, as the autotuned path does
         kernel = _attn_fwd if configs_pinned() else _attn_fwd_specialised
         with torch.cuda.device(q.device):
             kernel[(triton.cdiv(Sq, bm), B * H)](
-                *args, BLOCK_M=bm, BLOCK_N=bn, num_stages=stages, num_warps=warps, **common
+                *args, BLOCK_M=bm, BLOCK_N=bn, num_stages=stages, num_warps=warps, **cap,
+                **common,
             )
     else:
         with torch.cuda.device(q.device):

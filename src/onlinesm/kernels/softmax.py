@@ -463,6 +463,8 @@ TUNING: dict[str, Any] = {
     "max_spin": 1 << 20,  # ~1 s of polling: far beyond any real wait, short of a hang
     # Candidates for the H200 sweep (off by default until measured; bench/softmax.py --tune):
     "chip_chunked": False,  # cover a row by 3 power-of-two chunks when that pads less
+    # elements per thread when the row is held as 3 chunks; 0: the same as elems_per_thread
+    "chunk_elems_per_thread": 0,
     "chip_warps": 0,  # on-chip num_warps; 0: BLOCK_N * ROWS / (32 * elems_per_thread)
 }
 
@@ -485,9 +487,18 @@ TUNING: dict[str, Any] = {
 #: 8,192 and 32,768 unchanged (98%, 90%).
 #: 16-bit rows past 65,536 split across programs (one read) instead of streamed (two): 68% and
 #: 63% of copy at 131,072 and 262,144 in bf16, against 66% and 61% (at 65,536 both 72-73%).
+#: 16-bit rows that 3 chunks cover with less padding (3000, 5000, 10-12k, 40-48k) are held as
+#: 3 chunks with 128 elements per thread (4 warps per 4096-chunk row: several rows in flight
+#: per SM, and no padded third of the registers): bf16 12,288 97% of copy against 87%, 10,000
+#: 90% against 77%, 49,152 90% against 74% streamed, 40,000 90% against 74%; fp16 12,288 98%
+#: against 88%. Rows of 16-24k keep the padded block: chunked they tie in bf16 and lose in fp16
+#: (88% against 91% at 24,576).
 PLAN_TABLE: list[tuple[int, int, int, dict[str, Any]]] = [
     (4, 32768, 49152, dict(max_on_chip=49152, chip_chunked=True)),
-    (2, 4096, 32768, dict(elems_per_thread=64)),
+    (2, 2048, 4096, dict(chip_chunked=True, chunk_elems_per_thread=128)),
+    (2, 4096, 12288, dict(elems_per_thread=64, chip_chunked=True, chunk_elems_per_thread=128)),
+    (2, 12288, 32768, dict(elems_per_thread=64)),
+    (2, 32768, 49152, dict(max_on_chip=49152, chip_chunked=True, chunk_elems_per_thread=128)),
     (2, 65536, 1 << 21, dict(split_itemsizes=(2, 4))),
 ]
 
@@ -565,7 +576,10 @@ def plan(
         width = block * chunks
         rows = max(1, min(64, int(t["min_elems_per_program"]) // width))
         rows = 1 << (rows.bit_length() - 1)  # a power of two (tl.arange), rounded down
-        warps = int(t["chip_warps"]) or width * rows // (32 * int(t["elems_per_thread"]))
+        per_thread = int(t["elems_per_thread"])
+        if chunks > 1 and int(t["chunk_elems_per_thread"]):
+            per_thread = int(t["chunk_elems_per_thread"])
+        warps = int(t["chip_warps"]) or width * rows // (32 * per_thread)
         warps = max(1, min(32, _pow2(max(1, warps))))
         stages = int(t["chip_stages"])
         if stages == 1 and itemsize == 2 and width >= int(t["chip_pipelined_block_16bit"]):
