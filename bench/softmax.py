@@ -68,6 +68,11 @@ def variants(n: int, itemsize: int) -> list[tuple[str, dict[str, Any]]]:
             for ept in epts:
                 out.append((f"chip chunks ept{ept}", dict(path="on_chip", tuning=dict(
                     chip_chunked=True, chunk_elems_per_thread=ept))))
+            if n > 16384:  # rows this long: with and without the pipelined persistent grid
+                for st in (1, 2, 3):
+                    out.append((f"chip chunks ept128 st{st}", dict(path="on_chip", tuning=dict(
+                        chip_chunked=True, chunk_elems_per_thread=128, chip_stages=st,
+                        chip_pipelined_block_16bit=1 << 30))))
     if n > 32768:
         for chunk, warps, per_sm in ((8192, 8, 4), (8192, 16, 4), (4096, 4, 8), (4096, 8, 8)):
             if (chunk, warps, per_sm) == (8192, 8, 4) and itemsize == 4:

@@ -219,10 +219,10 @@ def test_long_rows_split_on_the_gpu_stream_under_the_interpreter():
     assert sm.plan(4096, itemsize=2).num_warps == 8  # below the range: 16 per thread
     # ... unless 3 chunks pad less: then 128 per thread (12,288 = 3 x 4096 in 4 warps), and
     # 16-bit rows up to 49,152 stay on chip that way
-    for n, chunks, warps in ((3000, 3, 1), (12288, 3, 4), (8000, 1, 4), (24576, 1, 16),
-                             (40000, 3, 16)):
+    for n, chunks, warps, stages in ((3000, 3, 1, 1), (12288, 3, 4, 1), (8000, 1, 4, 1),
+                                     (24576, 3, 8, 3), (32768, 1, 16, 3), (40000, 3, 16, 3)):
         p = sm.plan(n, itemsize=2, interpreted=False)
-        assert (p.path, p.chunks, p.num_warps) == ("on_chip", chunks, warps), n
+        assert (p.path, p.chunks, p.num_warps, p.stages) == ("on_chip", chunks, warps, stages), n
     assert sm.plan(49153, itemsize=2, interpreted=False).path == "stream"
 
 
@@ -439,7 +439,7 @@ def test_gpu_many_rows_split_grid_is_persistent():
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 # Forced on chip only up to 49152: at 65539 in fp32 the row needs 393 KB of shared memory and
 # Triton raises OutOfResources (path="auto" never sends such a row on chip).
-@pytest.mark.parametrize("n", [3000, 12288, 49152])
+@pytest.mark.parametrize("n", [3000, 12288, 20000, 49152])
 def test_gpu_sweep_candidates(dtype, n):
     # The variants bench/softmax.py --tune times, on the rows that break kernels.
     t = _hard_rows(n, dtype)

@@ -491,13 +491,14 @@ TUNING: dict[str, Any] = {
 #: 3 chunks with 128 elements per thread (4 warps per 4096-chunk row: several rows in flight
 #: per SM, and no padded third of the registers): bf16 12,288 97% of copy against 87%, 10,000
 #: 90% against 77%, 49,152 90% against 74% streamed, 40,000 90% against 74%; fp16 12,288 98%
-#: against 88%. Rows of 16-24k keep the padded block: chunked they tie in bf16 and lose in fp16
-#: (88% against 91% at 24,576).
+#: against 88%. Rows of 16-24k (3 x 8192) add the pipelined persistent grid (3 stages): bf16
+#: 24,576 93% against 89%, 20,000 82% against 76%; fp16 90% against 90%, 83% against 78%.
 PLAN_TABLE: list[tuple[int, int, int, dict[str, Any]]] = [
     (4, 32768, 49152, dict(max_on_chip=49152, chip_chunked=True)),
     (2, 2048, 4096, dict(chip_chunked=True, chunk_elems_per_thread=128)),
-    (2, 4096, 12288, dict(elems_per_thread=64, chip_chunked=True, chunk_elems_per_thread=128)),
-    (2, 12288, 32768, dict(elems_per_thread=64)),
+    (2, 4096, 16384, dict(elems_per_thread=64, chip_chunked=True, chunk_elems_per_thread=128)),
+    (2, 16384, 24576, dict(chip_chunked=True, chunk_elems_per_thread=128, chip_stages=3)),
+    (2, 24576, 32768, dict(elems_per_thread=64)),
     (2, 32768, 49152, dict(max_on_chip=49152, chip_chunked=True, chunk_elems_per_thread=128)),
     (2, 65536, 1 << 21, dict(split_itemsizes=(2, 4))),
 ]
