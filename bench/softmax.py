@@ -59,6 +59,10 @@ def variants(n: int, itemsize: int) -> list[tuple[str, dict[str, Any]]]:
     if fewer and n <= (65536 if itemsize == 2 else 49152):  # chunks cover fewer columns
         out.append(("chip chunks", dict(path="on_chip", tuning=dict(
             chip_chunked=True, elems_per_thread=16, chunk_elems_per_thread=0))))
+        if itemsize == 4 and n <= 32768:
+            for ept in (32, 64):
+                out.append((f"chip chunks ept{ept}", dict(path="on_chip", tuning=dict(
+                    chip_chunked=True, chunk_elems_per_thread=ept))))
     if itemsize == 2 and 2048 < n <= 65536:  # latency-bound rows: fewer threads per row
         epts = (32, 64, 128) if n <= 32768 else (128,)
         for ept in epts:

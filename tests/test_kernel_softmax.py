@@ -166,6 +166,71 @@ def test_chunking_covers_rows_with_fewer_padded_columns():
         assert block & (block - 1) == 0 and chunks in (1, 3) and block * chunks >= n
 
 
+# Rows that do not start on a 16-byte vector: each is an aligned window, whole vectors in the
+# middle and up to 2 (vec - 1) loose elements at its ends, handled apart (kernels' SHIFT).
+def _vec(dtype) -> int:
+    return 16 // torch.empty(0, dtype=dtype).element_size()
+
+
+def _off_vector_rows(n: int, dtype) -> np.ndarray:
+    """2 vec + 3 rows of n (their starts take every offset within a vector), with the max in a
+    head and a tail loose element, a fully masked row and a -inf prefix through the head."""
+    big = 30.0 if dtype != torch.float16 else 11.0
+    x = gaussian(2 * _vec(dtype) + 3, n, seed=n)
+    x[1, 0] = big  # row 1 starts off the vector boundary: its first element is loose
+    x[2, -1] = big  # ... and so is the last element of most rows
+    x[3] = NEG_INF
+    x[4, : n // 2 + 1] = NEG_INF
+    return x
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_rows_off_the_vector_boundary(dtype, path):
+    vec = _vec(dtype)
+    for n in (1, 3, vec - 1, vec + 1, 2 * vec + 3, 67, 129, 203):
+        t = make(_off_vector_rows(n, dtype), dtype)
+        align = sm._alignment(t.element_size(), n, n, n)
+        assert sm._shift(t.element_size(), align, t, torch.empty_like(t)) == (
+            1 if n % vec == 0 else vec)
+        for fm in ("zeros", "nan"):
+            check(t, run(t, path, fully_masked=fm), fm)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_chunked_and_packed_rows_off_the_vector_boundary(dtype):
+    # Windows of 3 chunks (n + vec - 1 just above a power of two), and several rows per program.
+    for n in (33, 35, 37, 45):
+        t = make(_off_vector_rows(n, dtype), dtype)
+        for tuning in (CHUNKED, dict(min_elems_per_program=256), dict(chip_warps=2)):
+            check(t, run(t, "on_chip", tuning=tuning))
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_loose_elements_propagate_nan(path):
+    x = torch.randn(3, 37, device=DEVICE)  # rows start at offsets 0, 1, 2 of a 4-float vector
+    x[1, 0] = float("nan")  # a loose head element
+    x[2, 36] = float("inf")  # a loose tail element
+    y = run(x, path)
+    assert torch.isfinite(y[0]).all() and torch.isnan(y[1]).all() and torch.isnan(y[2]).all()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_row_layouts_that_cannot_shift_take_the_scalar_path(dtype):
+    vec = _vec(dtype)
+    base = make(gaussian(5, 49, seed=3), dtype)
+    y = torch.empty(5, 41, dtype=dtype, device=DEVICE)
+    cases = {
+        "start off a 16-byte boundary": (base[:, 1:42], 1),
+        "row strides 49 and 41 differ by whole vectors": (base[:, :41], vec),
+        "row strides 48 and 41 do not": (make(gaussian(5, 48, seed=4), dtype)[:, :41], 1),
+    }
+    for what, (x, want) in cases.items():
+        assert sm._shift(x.element_size(), 1, x, y) == want, what
+        for path in PATHS:
+            check(x, run(x, path))
+
+
 # Chunked rows under the interpreter: short rows with a small BLOCK reach 1 and 3 chunks,
 # their ends and the -inf padding of the last chunk.
 CHUNKED = dict(chip_chunked=True)

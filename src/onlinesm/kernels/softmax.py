@@ -118,6 +118,29 @@ def _alignment(itemsize: int, n_cols: int, *strides: int) -> int:
     return vec if n_cols % vec == 0 and all(s % vec == 0 for s in strides) else 1
 
 
+def _shift(itemsize: int, align: int, x: torch.Tensor, y: torch.Tensor) -> int:
+    """The kernels' SHIFT: elements per 16-byte vector when rows that do not start on a vector
+    (a row length of 50,257, say) can still be read and written in whole vectors, else 1.
+
+    That needs x and y to start on a 16-byte boundary and their row strides to differ by whole
+    vectors, so that row r starts at the same offset ``first`` within a vector in both: each row
+    is then handled as an aligned window, whole vectors in the middle and at most 2 (vec - 1)
+    loose elements at its two ends (see ``_row_window``). Aligned rows (``align > 1``) need
+    none of it; without it, every load and store of an odd-length row was a 2- or 4-byte scalar
+    (bf16 rows of 50,257 at 37% of copy bandwidth on an H200, 0.66x torch).
+
+    >>> x = torch.empty(4, 1001, dtype=torch.bfloat16)
+    >>> _shift(2, 1, x, torch.empty_like(x)), _shift(2, 1, x[:, 1:], torch.empty(4, 1000))
+    (8, 1)
+    """
+    vec = 16 // itemsize
+    if align > 1 or x.shape[0] == 0:
+        return 1
+    same_offsets = x.shape[0] == 1 or (x.stride(0) - y.stride(0)) % vec == 0
+    aligned_starts = x.data_ptr() % 16 == 0 and y.data_ptr() % 16 == 0
+    return vec if same_offsets and aligned_starts else 1
+
+
 # --------------------------------------------------------------------------------------------
 # Rounding to the output dtype
 # --------------------------------------------------------------------------------------------
@@ -138,6 +161,51 @@ def _to_output(y, out_ptr, ROUND_BF16: tl.constexpr):
 
 
 # --------------------------------------------------------------------------------------------
+# Rows that do not start on a 16-byte vector (SHIFT > 1)
+# --------------------------------------------------------------------------------------------
+@triton.jit
+def _row_window(rows64, stride_xm, stride_ym, n_cols, SHIFT: tl.constexpr):
+    """Where each row lies: (x_base, y_base, first, v_lo, v_hi), offsets in elements.
+
+    The row's elements are columns [first, first + n_cols) of a window that starts at x_base (and
+    y_base in y), rounded down to a whole vector, so the window's vectors are 16-byte aligned.
+    [v_lo, v_hi) are the columns in whole vectors inside the row: they are loaded and stored as
+    vectors. Rounding by (v // SHIFT) * SHIFT is what tells the compiler they are multiples of
+    SHIFT. With SHIFT = 1 the window is the row itself (first = v_lo = 0, v_hi = n_cols).
+    """
+    start_x = rows64 * stride_xm
+    if SHIFT > 1:
+        x_base = start_x // SHIFT * SHIFT
+        y_base = rows64 * stride_ym // SHIFT * SHIFT  # the same first in y (launcher checked)
+        first = start_x - x_base
+        v_lo = (first + SHIFT - 1) // SHIFT * SHIFT  # 0 or SHIFT: the head's loose elements end here
+        v_hi = (first + n_cols) // SHIFT * SHIFT  # the tail's loose elements start here
+    else:
+        x_base = start_x
+        y_base = rows64 * stride_ym
+        first = 0
+        v_lo = 0
+        v_hi = n_cols  # a scalar: the column mask stays one comparison with the row length
+    return x_base, y_base, first, v_lo, v_hi
+
+
+@triton.jit
+def _loose_columns(j, first, v_lo, v_hi, end, SHIFT: tl.constexpr):
+    """The window columns of a row's loose elements, outside whole vectors, and their mask.
+
+    j runs over 2 * SHIFT slots: slots j < SHIFT are the head (columns first .. v_lo - 1), the
+    others the tail (columns from max(v_hi, v_lo) up to end = first + n_cols). A row shorter than
+    a vector has only a head or only a tail; no column is in two slots. Broadcasts: j [1, 2S]
+    against per-row [ROWS, 1] bounds, or j [2S] against scalars.
+    """
+    head = j < SHIFT
+    tail_start = tl.maximum(v_hi, v_lo)
+    k = tl.where(head, j, tail_start + j - SHIFT)
+    ok = tl.where(head, (k >= first) & (k < v_lo), k >= tail_start) & (k < end)
+    return k, ok
+
+
+# --------------------------------------------------------------------------------------------
 # Kernel 1: rows that fit on chip. One read, one write.
 # --------------------------------------------------------------------------------------------
 @triton.jit(do_not_specialize=SOFTMAX_DO_NOT_SPECIALIZE)
@@ -150,6 +218,8 @@ def _softmax_on_chip_kernel(
     STAGES: tl.constexpr,  # > 1: persistent grid, the next rows' loads overlap this row's math
     ALIGN: tl.constexpr,  # n_cols and both row strides are multiples of ALIGN (see _alignment)
     CHUNKS: tl.constexpr = 1,  # 1..3 pieces of BLOCK_N per row: 12288 = 3 x 4096, not 16384
+    SHIFT: tl.constexpr = 1,  # > 1: rows as aligned windows (see _shift); CHUNKS * BLOCK_N
+    # then covers n_cols + SHIFT - 1
 ):
     if ALIGN > 1:
         # The launcher checked that sizes and strides are multiples of ALIGN (one 16-byte
@@ -166,23 +236,35 @@ def _softmax_on_chip_kernel(
     cols = tl.arange(0, BLOCK_N)  # [BLOCK_N] unit column stride (the launcher made it so)
     if STAGES == 1:
         _softmax_rows(x_ptr, y_ptr, tl.program_id(0), n_rows, n_cols, stride_xm, stride_ym, cols,
-                      ROWS, NAN_IF_EMPTY, ROUND_BF16, BLOCK_N, CHUNKS)
+                      ROWS, NAN_IF_EMPTY, ROUND_BF16, BLOCK_N, CHUNKS, SHIFT)
     else:
         for blk in tl.range(tl.program_id(0), n_blocks, tl.num_programs(0), num_stages=STAGES):
             _softmax_rows(x_ptr, y_ptr, blk, n_rows, n_cols, stride_xm, stride_ym, cols,
-                          ROWS, NAN_IF_EMPTY, ROUND_BF16, BLOCK_N, CHUNKS)
+                          ROWS, NAN_IF_EMPTY, ROUND_BF16, BLOCK_N, CHUNKS, SHIFT)
 
 
 @triton.jit
-def _load_chunk(x_ptr, rows64, row_ok, n_cols, stride_xm, cols, k: tl.constexpr,
-                BLOCK_N: tl.constexpr):
-    """Chunk k (columns k * BLOCK_N + cols) of the rows, -inf past the row's end, widened to fp32.
+def _whole_vectors(row_ok, c, v_lo, v_hi, SHIFT: tl.constexpr):
+    """The mask of window columns c that are the row's and in whole vectors: [v_lo, v_hi)
+    (per row with SHIFT > 1; v_hi is the scalar row length otherwise)."""
+    if SHIFT > 1:
+        mask = row_ok[:, None] & (c >= v_lo[:, None]) & (c < v_hi[:, None])
+    else:
+        mask = row_ok[:, None] & (c < v_hi)
+    return mask
+
+
+@triton.jit
+def _load_chunk(x_ptr, x_base, row_ok, v_lo, v_hi, cols, k: tl.constexpr,
+                BLOCK_N: tl.constexpr, SHIFT: tl.constexpr):
+    """Chunk k (window columns k * BLOCK_N + cols) of the rows, -inf outside the row's whole
+    vectors, widened to fp32.
 
     Padding lanes read -inf: exp(-inf) = 0, so they add nothing to d and cannot raise the max.
     """
-    c = k * BLOCK_N + cols
-    mask = row_ok[:, None] & (c < n_cols)[None, :]
-    x = tl.load(x_ptr + rows64[:, None] * stride_xm + c[None, :], mask=mask, other=NEG_INF)
+    c = (k * BLOCK_N + cols)[None, :]
+    mask = _whole_vectors(row_ok, c, v_lo, v_hi, SHIFT)
+    x = tl.load(x_ptr + x_base[:, None] + c, mask=mask, other=NEG_INF)
     return x.to(tl.float32)
 
 
@@ -194,85 +276,82 @@ def _chunk_exp(x, m_ref):
 
 
 @triton.jit
-def _store_chunk(y_ptr, rows64, row_ok, n_cols, stride_ym, cols, e, inv,
-                 k: tl.constexpr, BLOCK_N: tl.constexpr, ROUND_BF16: tl.constexpr):
+def _store_chunk(y_ptr, y_base, row_ok, v_lo, v_hi, cols, e, inv,
+                 k: tl.constexpr, BLOCK_N: tl.constexpr, ROUND_BF16: tl.constexpr,
+                 SHIFT: tl.constexpr):
     """y = e * (1 / d) for chunk k."""
-    c = k * BLOCK_N + cols
-    mask = row_ok[:, None] & (c < n_cols)[None, :]
-    tl.store(y_ptr + rows64[:, None] * stride_ym + c[None, :],
-             _to_output(e * inv[:, None], y_ptr, ROUND_BF16), mask=mask)
+    c = (k * BLOCK_N + cols)[None, :]
+    mask = _whole_vectors(row_ok, c, v_lo, v_hi, SHIFT)
+    tl.store(y_ptr + y_base[:, None] + c, _to_output(e * inv[:, None], y_ptr, ROUND_BF16),
+             mask=mask)
 
 
 @triton.jit
 def _softmax_rows(x_ptr, y_ptr, blk, n_rows, n_cols, stride_xm, stride_ym, cols,
                   ROWS: tl.constexpr, NAN_IF_EMPTY: tl.constexpr, ROUND_BF16: tl.constexpr,
-                  BLOCK_N: tl.constexpr, CHUNKS: tl.constexpr):
+                  BLOCK_N: tl.constexpr, CHUNKS: tl.constexpr, SHIFT: tl.constexpr):
     """Softmax of rows blk * ROWS ... blk * ROWS + ROWS - 1, each held whole in registers.
 
     A row is CHUNKS tensors of BLOCK_N columns (x0 .. x2), so a length that is not a power of
     two is covered by a few power-of-two pieces instead of padding to the next power of two
     (12288 = 3 x 4096: no idle quarter). Every chunk is loaded before any reduction: all of the
-    row's bytes are in flight at once.
+    row's bytes are in flight at once. With SHIFT > 1 the chunks hold the row's whole vectors
+    and a small tensor xe its loose elements at both ends (see _row_window).
     """
     rows = blk * ROWS + tl.arange(0, ROWS)  # [ROWS] the rows of this block
     row_ok = rows < n_rows
     rows64 = rows.to(tl.int64)  # row * stride can pass 2**31 on big tensors
-    if CHUNKS == 1:
-        # The plain form: one tensor, widened once, e kept from the sum to the store.
-        mask = row_ok[:, None] & (cols < n_cols)[None, :]
-        x = tl.load(x_ptr + rows64[:, None] * stride_xm + cols[None, :], mask=mask, other=NEG_INF)
-        x = x.to(tl.float32)
-        # m: the row max, the shift that keeps every exp <= 1 (no overflow, safe softmax).
-        m = tl.max(x, axis=1)
-        # A fully masked row has m = -inf, and x - m would be -inf - -inf = NaN. Shift by 0
-        # instead: exp(-inf - 0) = 0 exactly, so the row's d is 0 and the convention below decides.
-        m_ref = tl.where(m == NEG_INF, 0.0, m)
-        # e = exp(x - m) as exp2((x - m) * log2 e): subtract first (exact near the max, no overflow).
-        e = tl.exp2((x - m_ref[:, None]) * 1.4426950408889634)  # log2(e)
-        # d: the denominator, >= 1 for any row with a finite entry (its max gives exp(0) = 1).
-        d = tl.sum(e, axis=1)
-        inv = _inverse(d, NAN_IF_EMPTY)
-        y = e * inv[:, None]
-        tl.store(
-            y_ptr + rows64[:, None] * stride_ym + cols[None, :],
-            _to_output(y, y_ptr, ROUND_BF16),
-            mask=mask,
-        )
-    else:
-        # Chunked: the same arithmetic, one chunk at a time.
-        # Load every chunk first, so the whole row is in flight together.
-        x0 = _load_chunk(x_ptr, rows64, row_ok, n_cols, stride_xm, cols, 0, BLOCK_N)
-        if CHUNKS > 1:
-            x1 = _load_chunk(x_ptr, rows64, row_ok, n_cols, stride_xm, cols, 1, BLOCK_N)
-        if CHUNKS > 2:
-            x2 = _load_chunk(x_ptr, rows64, row_ok, n_cols, stride_xm, cols, 2, BLOCK_N)
-        # m: the row max = max over the chunks' maxima (a NaN that tl.maximum drops still
-        # reaches d below through its own exp).
-        m = tl.max(x0, axis=1)
-        if CHUNKS > 1:
-            m = tl.maximum(m, tl.max(x1, axis=1))
-        if CHUNKS > 2:
-            m = tl.maximum(m, tl.max(x2, axis=1))
-        m_ref = tl.where(m == NEG_INF, 0.0, m)  # fully masked row: shift by 0, as above
-        # e: each chunk's exp(x - m), all against the one row max (no rescaling), computed once
-        # and kept in x's registers (x is not needed again): no second exp at the store.
-        x0 = _chunk_exp(x0, m_ref)
-        d = tl.sum(x0, axis=1)
-        if CHUNKS > 1:
-            x1 = _chunk_exp(x1, m_ref)
-            d += tl.sum(x1, axis=1)
-        if CHUNKS > 2:
-            x2 = _chunk_exp(x2, m_ref)
-            d += tl.sum(x2, axis=1)
-        inv = _inverse(d, NAN_IF_EMPTY)
-        # y = e / d, chunk by chunk.
-        _store_chunk(y_ptr, rows64, row_ok, n_cols, stride_ym, cols, x0, inv, 0, BLOCK_N, ROUND_BF16)
-        if CHUNKS > 1:
-            _store_chunk(y_ptr, rows64, row_ok, n_cols, stride_ym, cols, x1, inv, 1, BLOCK_N,
-                         ROUND_BF16)
-        if CHUNKS > 2:
-            _store_chunk(y_ptr, rows64, row_ok, n_cols, stride_ym, cols, x2, inv, 2, BLOCK_N,
-                         ROUND_BF16)
+    x_base, y_base, first, v_lo, v_hi = _row_window(rows64, stride_xm, stride_ym, n_cols, SHIFT)
+    # Load every chunk first, so the whole row is in flight together.
+    x0 = _load_chunk(x_ptr, x_base, row_ok, v_lo, v_hi, cols, 0, BLOCK_N, SHIFT)
+    if CHUNKS > 1:
+        x1 = _load_chunk(x_ptr, x_base, row_ok, v_lo, v_hi, cols, 1, BLOCK_N, SHIFT)
+    if CHUNKS > 2:
+        x2 = _load_chunk(x_ptr, x_base, row_ok, v_lo, v_hi, cols, 2, BLOCK_N, SHIFT)
+    if SHIFT > 1:
+        # The loose elements at the row's two ends: at most 2 (SHIFT - 1) scalars per row.
+        ke, oke = _loose_columns(tl.arange(0, 2 * SHIFT)[None, :], first[:, None], v_lo[:, None],
+                                 v_hi[:, None], (first + n_cols)[:, None], SHIFT)
+        oke = oke & row_ok[:, None]
+        xe = tl.load(x_ptr + x_base[:, None] + ke, mask=oke, other=NEG_INF).to(tl.float32)
+    # m: the row max, the shift that keeps every exp <= 1 (no overflow, safe softmax): the max
+    # over the chunks' maxima (a NaN that tl.maximum drops still reaches d through its exp).
+    m = tl.max(x0, axis=1)
+    if CHUNKS > 1:
+        m = tl.maximum(m, tl.max(x1, axis=1))
+    if CHUNKS > 2:
+        m = tl.maximum(m, tl.max(x2, axis=1))
+    if SHIFT > 1:
+        m = tl.maximum(m, tl.max(xe, axis=1))
+    # A fully masked row has m = -inf, and x - m would be -inf - -inf = NaN. Shift by 0
+    # instead: exp(-inf - 0) = 0 exactly, so the row's d is 0 and the convention below decides.
+    m_ref = tl.where(m == NEG_INF, 0.0, m)
+    # e: each chunk's exp(x - m), all against the one row max (no rescaling), computed once and
+    # kept in x's registers (x is not needed again): no second exp at the store.
+    # d: the denominator, >= 1 for any row with a finite entry (its max gives exp(0) = 1).
+    x0 = _chunk_exp(x0, m_ref)
+    d = tl.sum(x0, axis=1)
+    if CHUNKS > 1:
+        x1 = _chunk_exp(x1, m_ref)
+        d += tl.sum(x1, axis=1)
+    if CHUNKS > 2:
+        x2 = _chunk_exp(x2, m_ref)
+        d += tl.sum(x2, axis=1)
+    if SHIFT > 1:
+        xe = _chunk_exp(xe, m_ref)
+        d += tl.sum(xe, axis=1)
+    inv = _inverse(d, NAN_IF_EMPTY)
+    # y = e / d, chunk by chunk.
+    _store_chunk(y_ptr, y_base, row_ok, v_lo, v_hi, cols, x0, inv, 0, BLOCK_N, ROUND_BF16, SHIFT)
+    if CHUNKS > 1:
+        _store_chunk(y_ptr, y_base, row_ok, v_lo, v_hi, cols, x1, inv, 1, BLOCK_N, ROUND_BF16,
+                     SHIFT)
+    if CHUNKS > 2:
+        _store_chunk(y_ptr, y_base, row_ok, v_lo, v_hi, cols, x2, inv, 2, BLOCK_N, ROUND_BF16,
+                     SHIFT)
+    if SHIFT > 1:
+        tl.store(y_ptr + y_base[:, None] + ke,
+                 _to_output(xe * inv[:, None], y_ptr, ROUND_BF16), mask=oke)
 
 
 @triton.jit
@@ -303,10 +382,15 @@ def _softmax_stream_kernel(
     TILE: tl.constexpr,  # elements per tile (power of two)
     NAN_IF_EMPTY: tl.constexpr,
     ROUND_BF16: tl.constexpr,
+    SHIFT: tl.constexpr = 1,  # > 1: the row as an aligned window (see _row_window)
 ):
     row = tl.program_id(0).to(tl.int64)  # one program per row
-    x_row = x_ptr + row * stride_xm
-    y_row = y_ptr + row * stride_ym
+    # The tiles walk window columns [0, end): the row itself, or with SHIFT > 1 its whole
+    # vectors [v_lo, v_hi), the loose elements at both ends taken once as xe below.
+    x_base, y_base, first, v_lo, v_hi = _row_window(row, stride_xm, stride_ym, n_cols, SHIFT)
+    x_row = x_ptr + x_base
+    y_row = y_ptr + y_base
+    end = first + n_cols
     cols = tl.arange(0, TILE)
 
     # Pass 1: the online recurrence, run independently in every lane of the tile, so the loop has
@@ -315,10 +399,13 @@ def _softmax_stream_kernel(
     #   d_j = sum of exp(x - m_j) over the same   (starts at 0)
     m_lane = tl.full([TILE], NEG_INF, tl.float32)
     d_lane = tl.zeros([TILE], tl.float32)
-    for start in range(0, n_cols, TILE):
+    for start in range(0, end, TILE):
         idx = start + cols
+        ok = idx < v_hi
+        if SHIFT > 1:
+            ok = ok & (idx >= v_lo)
         # evict_last: keep these lines in L2, pass 2 is about to read them again.
-        x = tl.load(x_row + idx, mask=idx < n_cols, other=NEG_INF, eviction_policy="evict_last")
+        x = tl.load(x_row + idx, mask=ok, other=NEG_INF, eviction_policy="evict_last")
         x = x.to(tl.float32)
         # The recurrence m' = max(m, x), d' = d * exp(m - m') + exp(x - m') needs one exp, not
         # two: one of the two exponents is 0. With hi = max(m, x), lo = min(m, x), t = exp(lo - hi):
@@ -336,25 +423,33 @@ def _softmax_stream_kernel(
 
     # Merge the TILE lane states into the row's (m, d): the tile form of the recurrence,
     #   m = max_j m_j,   d = sum_j d_j * exp(m_j - m)   (each lane re-referenced to the row max).
+    # With SHIFT > 1 the loose elements at the row's ends join as one more small tile.
     m = tl.max(m_lane, axis=0)
+    if SHIFT > 1:
+        ke, oke = _loose_columns(tl.arange(0, 2 * SHIFT), first, v_lo, v_hi, end, SHIFT)
+        xe = tl.load(x_row + ke, mask=oke, other=NEG_INF).to(tl.float32)
+        m = tl.maximum(m, tl.max(xe, axis=0))
     m_ref = tl.where(m == NEG_INF, 0.0, m)  # fully masked row: shift by 0, see kernel 1
     d = tl.sum(d_lane * tl.exp2((m_lane - m_ref) * 1.4426950408889634), axis=0)  # log2(e)
-    d_safe = tl.where(d == 0.0, 1.0, d)  # as in kernel 1
-    if NAN_IF_EMPTY:
-        inv = tl.where(d == 0.0, float("nan"), 1.0 / d_safe)
-    else:
-        inv = tl.where(d == 0.0, 0.0, 1.0 / d_safe)
+    if SHIFT > 1:
+        ee = tl.exp2((xe - m_ref) * 1.4426950408889634)  # log2(e)
+        d += tl.sum(ee, axis=0)
+    inv = _inverse(d, NAN_IF_EMPTY)
 
     # Pass 2: y = exp(x - m) / d, tile by tile, walking backwards: the last tiles of pass 1 are
     # the likeliest to be in L2 still. (A third pass would re-read x to compute d; the online
     # recurrence is exactly what saved it.)
-    n_tiles = tl.cdiv(n_cols, TILE)
+    n_tiles = tl.cdiv(end, TILE)
     for k in range(0, n_tiles):
         idx = (n_tiles - 1 - k) * TILE + cols
-        ok = idx < n_cols
+        ok = idx < v_hi
+        if SHIFT > 1:
+            ok = ok & (idx >= v_lo)
         x = tl.load(x_row + idx, mask=ok, other=NEG_INF, eviction_policy="evict_first")
         e = tl.exp2((x.to(tl.float32) - m_ref) * 1.4426950408889634)  # log2(e)
         tl.store(y_row + idx, _to_output(e * inv, y_ptr, ROUND_BF16), mask=ok)
+    if SHIFT > 1:
+        tl.store(y_row + ke, _to_output(ee * inv, y_ptr, ROUND_BF16), mask=oke)
 
 
 # --------------------------------------------------------------------------------------------
@@ -368,6 +463,8 @@ def _softmax_split_kernel(
     NAN_IF_EMPTY: tl.constexpr,
     MAX_SPIN: tl.constexpr,  # bound on the wait for the other chunks (then NaN, never a hang)
     ALIGN: tl.constexpr,  # n_cols and both row strides are multiples of ALIGN (see _alignment)
+    SHIFT: tl.constexpr = 1,  # > 1: rows as aligned windows (see _row_window); SPLIT * CHUNK
+    # then covers n_cols + SHIFT - 1, and chunk 0 also owns the loose elements at both ends
 ):
     if ALIGN > 1:
         # The launcher checked that sizes and strides are multiples of ALIGN (one 16-byte
@@ -384,21 +481,33 @@ def _softmax_split_kernel(
     group = pid // SPLIT
     n_groups = tl.num_programs(0) // SPLIT
     cols = chunk * CHUNK + tl.arange(0, CHUNK)
-    col_ok = cols < n_cols
     lanes = tl.arange(0, SPLIT)
     for row in range(group, n_rows, n_groups):
         row64 = row.to(tl.int64)
+        x_base, y_base, first, v_lo, v_hi = _row_window(row64, stride_xm, stride_ym, n_cols, SHIFT)
+        col_ok = cols < v_hi
+        if SHIFT > 1:
+            col_ok = col_ok & (cols >= v_lo)
         # The chunk is read once and stays in registers until it is written.
-        x = tl.load(x_ptr + row64 * stride_xm + cols, mask=col_ok, other=NEG_INF,
+        x = tl.load(x_ptr + x_base + cols, mask=col_ok, other=NEG_INF,
                     eviction_policy="evict_first")
         x = x.to(tl.float32)  # widen once
-        # This chunk's (m_c, d_c), exactly as in kernel 1.
+        # This chunk's (m_c, d_c), exactly as in kernel 1 (chunk 0 with the loose elements).
         m_c = tl.max(x, axis=0)
+        if SHIFT > 1:
+            ke, oke = _loose_columns(tl.arange(0, 2 * SHIFT), first, v_lo, v_hi,
+                                      first + n_cols, SHIFT)
+            oke = oke & (chunk == 0)
+            xe = tl.load(x_ptr + x_base + ke, mask=oke, other=NEG_INF).to(tl.float32)
+            m_c = tl.maximum(m_c, tl.max(xe, axis=0))
         m_c_ref = tl.where(m_c == NEG_INF, 0.0, m_c)
         # e_c = exp(x - m_c), kept in x's registers until the store: one exp per element, the
         # chunk rescaled below by one factor once the row's max is known.
         x = tl.exp2((x - m_c_ref) * 1.4426950408889634)  # log2(e)
         d_c = tl.sum(x, axis=0)
+        if SHIFT > 1:
+            xe = tl.exp2((xe - m_c_ref) * 1.4426950408889634)  # log2(e)
+            d_c += tl.sum(xe, axis=0)
         # Publish (m_c, d_c), then count this chunk in. The release orders the two writes before
         # the count: whoever sees the count also sees the values.
         slot = part_ptr + (row64 * SPLIT + chunk) * 2
@@ -419,18 +528,15 @@ def _softmax_split_kernel(
         m_ref = tl.where(m == NEG_INF, 0.0, m)
         d = tl.sum(ds * tl.exp2((ms - m_ref) * 1.4426950408889634), axis=0)  # log2(e)
         d = tl.where(seen < SPLIT, float("nan"), d)  # timed out: say so loudly, never hang
-        d_safe = tl.where(d == 0.0, 1.0, d)  # as in kernel 1
-        if NAN_IF_EMPTY:
-            inv = tl.where(d == 0.0, float("nan"), 1.0 / d_safe)
-        else:
-            inv = tl.where(d == 0.0, 0.0, 1.0 / d_safe)
+        inv = _inverse(d, NAN_IF_EMPTY)
         # y = exp(x - m) / d = e_c * (exp(m_c - m) / d): the chunk's exps re-referenced to the
         # row max by one scalar factor (<= 1, no overflow). A chunk with no finite entry has
         # e_c = 0 and m_c = -inf, so its factor is exp(-inf) = 0 and its outputs 0 (NaN where d
         # is NaN: a NaN or +inf elsewhere in the row reaches every output through inv).
         scale = tl.exp2((m_c - m_ref) * 1.4426950408889634) * inv  # log2(e)
-        tl.store(y_ptr + row64 * stride_ym + cols, (x * scale).to(y_ptr.dtype.element_ty),
-                 mask=col_ok)
+        tl.store(y_ptr + y_base + cols, (x * scale).to(y_ptr.dtype.element_ty), mask=col_ok)
+        if SHIFT > 1:
+            tl.store(y_ptr + y_base + ke, (xe * scale).to(y_ptr.dtype.element_ty), mask=oke)
 
 
 # --------------------------------------------------------------------------------------------
@@ -661,17 +767,20 @@ def softmax(
     y2 = torch.empty((n_rows, n_cols), dtype=x.dtype, device=x.device)
     if n_rows == 0:
         return y2.reshape(x.shape)
-    p = plan(n_cols, path=path, max_on_chip=max_on_chip, tile=tile, tuning=tuning,
+    align = _alignment(x.element_size(), n_cols, x2.stride(0), y2.stride(0))
+    shift = _shift(x.element_size(), align, x2, y2)
+    # A row handled as an aligned window (shift > 1) spans up to shift - 1 more columns.
+    width = n_cols + shift - 1
+    p = plan(width, path=path, max_on_chip=max_on_chip, tile=tile, tuning=tuning,
              itemsize=x.element_size())
-    t = _tuning(n_cols, x.element_size(), path, tuning)
+    t = _tuning(width, x.element_size(), path, tuning)
     if p.path == "split" and path == "auto" and not INTERPRETED:
         if p.split > _sm_count(x.device) * int(t["split_programs_per_sm"]):
             # More chunks than programs the GPU runs at once: they could not all wait for each
             # other. Stream instead.
-            p = plan(n_cols, path="stream", tile=tile, tuning=t, itemsize=x.element_size())
+            p = plan(width, path="stream", tile=tile, tuning=t, itemsize=x.element_size())
     nan_if_empty = fully_masked == "nan"
     round_bf16 = INTERPRETED and x.dtype == torch.bfloat16
-    align = _alignment(x.element_size(), n_cols, x2.stride(0), y2.stride(0))
     if p.path == "on_chip":
         grid = (triton.cdiv(n_rows, p.rows_per_program),)
         if p.stages > 1 and not INTERPRETED:
@@ -679,13 +788,13 @@ def softmax(
         _variant(_softmax_on_chip_kernel, _softmax_on_chip_specialised)[grid](
             x2, y2, n_rows, n_cols, x2.stride(0), y2.stride(0),
             BLOCK_N=p.block, ROWS=p.rows_per_program, NAN_IF_EMPTY=nan_if_empty,
-            ROUND_BF16=round_bf16, STAGES=p.stages, ALIGN=align, CHUNKS=p.chunks,
+            ROUND_BF16=round_bf16, STAGES=p.stages, ALIGN=align, CHUNKS=p.chunks, SHIFT=shift,
             num_warps=p.num_warps,
         )
     elif p.path == "stream":
         _softmax_stream_kernel[(n_rows,)](
             x2, y2, n_cols, x2.stride(0), y2.stride(0),
-            TILE=p.block, NAN_IF_EMPTY=nan_if_empty, ROUND_BF16=round_bf16,
+            TILE=p.block, NAN_IF_EMPTY=nan_if_empty, ROUND_BF16=round_bf16, SHIFT=shift,
             num_warps=p.num_warps,
         )
     else:
@@ -701,7 +810,7 @@ def softmax(
         _variant(_softmax_split_kernel, _softmax_split_specialised)[(groups * p.split,)](
             x2, y2, part, count, n_rows, n_cols, x2.stride(0), y2.stride(0),
             CHUNK=p.block, SPLIT=p.split, NAN_IF_EMPTY=nan_if_empty,
-            MAX_SPIN=int(t["max_spin"]), ALIGN=align, num_warps=p.num_warps,
+            MAX_SPIN=int(t["max_spin"]), ALIGN=align, SHIFT=shift, num_warps=p.num_warps,
         )
     return y2.reshape(x.shape)
 
