@@ -483,7 +483,8 @@ def _hard_rows(n: int, dtype) -> torch.Tensor:
 @gpu
 @requires_cuda
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("n", [1000, 4096, 32768, 32769, 65536, 131072 + 3, 300_000])
+@pytest.mark.parametrize("n", [1000, 4096, 32768, 32769, 50257, 65536, 65537, 131072 + 3, 151936,
+                               300_000])
 def test_gpu_long_rows_every_path(dtype, n):
     t = _hard_rows(n, dtype)
     for path in ("auto", "stream", "split") if n > 2048 else ("auto", "on_chip", "stream"):

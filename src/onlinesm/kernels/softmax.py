@@ -459,7 +459,9 @@ def _softmax_stream_kernel(
 def _softmax_split_kernel(
     x_ptr, y_ptr, part_ptr, count_ptr, n_rows, n_cols, stride_xm, stride_ym,
     CHUNK: tl.constexpr,  # elements each program keeps in registers (power of two)
-    SPLIT: tl.constexpr,  # programs per row: SPLIT * CHUNK >= n_cols (power of two)
+    SPLIT: tl.constexpr,  # programs per row: SPLIT * CHUNK >= n_cols (any count, not padded
+    # to a power of two: 151,936 = 19 chunks of 8192, not 32)
+    LANES: tl.constexpr,  # SPLIT rounded up to a power of two: the merge's tl.arange
     NAN_IF_EMPTY: tl.constexpr,
     MAX_SPIN: tl.constexpr,  # bound on the wait for the other chunks (then NaN, never a hang)
     ALIGN: tl.constexpr,  # n_cols and both row strides are multiples of ALIGN (see _alignment)
@@ -481,7 +483,8 @@ def _softmax_split_kernel(
     group = pid // SPLIT
     n_groups = tl.num_programs(0) // SPLIT
     cols = chunk * CHUNK + tl.arange(0, CHUNK)
-    lanes = tl.arange(0, SPLIT)
+    lanes = tl.arange(0, LANES)
+    lane_ok = lanes < SPLIT
     for row in range(group, n_rows, n_groups):
         row64 = row.to(tl.int64)
         x_base, y_base, first, v_lo, v_hi = _row_window(row64, stride_xm, stride_ym, n_cols, SHIFT)
@@ -522,8 +525,12 @@ def _softmax_split_kernel(
             spins += 1
         # Read all partial states (atomic reads: served by L2, where the writes went) and merge:
         #   m = max_c m_c,   d = sum_c d_c * exp(m_c - m).
-        ms = tl.atomic_add(part_ptr + (row64 * SPLIT + lanes) * 2, 0.0, sem="acquire")
-        ds = tl.atomic_add(part_ptr + (row64 * SPLIT + lanes) * 2 + 1, 0.0, sem="acquire")
+        ms = tl.atomic_add(part_ptr + (row64 * SPLIT + lanes) * 2, 0.0, mask=lane_ok,
+                           sem="acquire")
+        ds = tl.atomic_add(part_ptr + (row64 * SPLIT + lanes) * 2 + 1, 0.0, mask=lane_ok,
+                           sem="acquire")
+        ms = tl.where(lane_ok, ms, NEG_INF)  # lanes past SPLIT: no chunk, nothing to merge
+        ds = tl.where(lane_ok, ds, 0.0)
         m = tl.max(ms, axis=0)
         m_ref = tl.where(m == NEG_INF, 0.0, m)
         d = tl.sum(ds * tl.exp2((ms - m_ref) * 1.4426950408889634), axis=0)  # log2(e)
@@ -697,7 +704,7 @@ def plan(
         return Plan("stream", max(16, block), 1, 1, int(t["stream_warps"]))
     if path == "split":
         chunk = _pow2(tile if tile is not None else min(int(t["split_chunk"]), _pow2(n_cols)))
-        return Plan("split", chunk, 1, _pow2(triton.cdiv(n_cols, chunk)), int(t["split_warps"]))
+        return Plan("split", chunk, 1, triton.cdiv(n_cols, chunk), int(t["split_warps"]))
     raise ValueError(f"path={path!r} is not one of {PATHS}; use 'auto' unless testing a kernel")
 
 
@@ -809,7 +816,7 @@ def softmax(
         count = torch.zeros(n_rows, dtype=torch.int32, device=x.device)
         _variant(_softmax_split_kernel, _softmax_split_specialised)[(groups * p.split,)](
             x2, y2, part, count, n_rows, n_cols, x2.stride(0), y2.stride(0),
-            CHUNK=p.block, SPLIT=p.split, NAN_IF_EMPTY=nan_if_empty,
+            CHUNK=p.block, SPLIT=p.split, LANES=_pow2(p.split), NAN_IF_EMPTY=nan_if_empty,
             MAX_SPIN=int(t["max_spin"]), ALIGN=align, SHIFT=shift, num_warps=p.num_warps,
         )
     return y2.reshape(x.shape)
