@@ -197,6 +197,16 @@ def test_rows_off_the_vector_boundary(dtype, path):
             check(t, run(t, path, fully_masked=fm), fm)
 
 
+def test_windows_never_read_past_the_memory_x_owns():
+    # The last row's end vector may reach past the storage: then that row goes alone, element
+    # by element (CPU storages own their exact size; CUDA caching-allocator blocks, 512 bytes).
+    x = torch.empty(5, 41, device=DEVICE)
+    fits = sm._window_fits(x, 4)
+    assert fits == (DEVICE == "cuda")  # 205 floats: the last vector ends at 208
+    assert sm._window_fits(torch.empty(6, 41, device=DEVICE)[:5], 4)  # a sixth row follows
+    assert sm._window_fits(torch.empty(5, 44, device=DEVICE)[:, :41], 4)  # 3 columns follow
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_chunked_and_packed_rows_off_the_vector_boundary(dtype):
     # Windows of 3 chunks (n + vec - 1 just above a power of two), and several rows per program.
