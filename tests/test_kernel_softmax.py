@@ -184,44 +184,51 @@ def _off_vector_rows(n: int, dtype) -> np.ndarray:
     return x
 
 
+#: One row per program on chip: the layout where 16-bit rows take windows there.
+ONE_ROW = dict(min_elems_per_program=1)
+
+
 @pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_rows_off_the_vector_boundary(dtype, path):
     vec = _vec(dtype)
     for n in (1, 3, vec - 1, vec + 1, 2 * vec + 3, 67, 129, 203):
         t = make(_off_vector_rows(n, dtype), dtype)
-        align = sm._alignment(t.element_size(), n, n, n)
-        assert sm._shift(t.element_size(), align, t, torch.empty_like(t)) == (
+        size = t.element_size()
+        assert sm._shift(size, sm._alignment(size, n, n, n), t, torch.empty_like(t)) == (
             1 if n % vec == 0 else vec)
         for fm in ("zeros", "nan"):
+            check(t, run(t, path, fully_masked=fm, tuning=ONE_ROW), fm)
             check(t, run(t, path, fully_masked=fm), fm)
 
 
-def test_windows_never_read_past_the_memory_x_owns():
-    # The last row's end vector may reach past the storage: then that row goes alone, element
-    # by element (CPU storages own their exact size; CUDA caching-allocator blocks, 512 bytes).
-    x = torch.empty(5, 41, device=DEVICE)
-    fits = sm._window_fits(x, 4)
-    assert fits == (DEVICE == "cuda")  # 205 floats: the last vector ends at 208
-    assert sm._window_fits(torch.empty(6, 41, device=DEVICE)[:5], 4)  # a sixth row follows
-    assert sm._window_fits(torch.empty(5, 44, device=DEVICE)[:, :41], 4)  # 3 columns follow
+def test_windows_on_chip_only_for_one_16_bit_row_per_program():
+    def shift(dtype, path, **kw):
+        x = torch.empty(9, 203, dtype=dtype, device=DEVICE)
+        return sm._launch_plan(x, torch.empty_like(x), path, 256, TILE, kw.get("tuning"))[2]
+
+    assert shift(torch.bfloat16, "on_chip", tuning=ONE_ROW) == 8
+    assert shift(torch.bfloat16, "on_chip") == 1  # 4096 // 210: 16 rows per program
+    assert shift(torch.float32, "on_chip", tuning=ONE_ROW) == 1
+    assert shift(torch.float32, "stream") == 4 and shift(torch.bfloat16, "stream") == 8
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-def test_chunked_and_packed_rows_off_the_vector_boundary(dtype):
-    # Windows of 3 chunks (n + vec - 1 just above a power of two), and several rows per program.
+def test_chunked_rows_off_the_vector_boundary(dtype):
+    # Windows of 3 chunks (n + vec - 1 just above a power of two), one row per program.
     for n in (33, 35, 37, 45):
         t = make(_off_vector_rows(n, dtype), dtype)
-        for tuning in (CHUNKED, dict(min_elems_per_program=256), dict(chip_warps=2)):
+        for tuning in ({**CHUNKED, **ONE_ROW}, dict(chip_warps=2, **ONE_ROW)):
             check(t, run(t, "on_chip", tuning=tuning))
 
 
 @pytest.mark.parametrize("path", PATHS)
 def test_loose_elements_propagate_nan(path):
-    x = torch.randn(3, 37, device=DEVICE)  # rows start at offsets 0, 1, 2 of a 4-float vector
+    x = torch.randn(3, 37, device=DEVICE)  # in bf16, rows start at offsets 0, 5, 2 of a vector
     x[1, 0] = float("nan")  # a loose head element
     x[2, 36] = float("inf")  # a loose tail element
-    y = run(x, path)
+    x = x.to(torch.bfloat16)  # 16-bit: windows on every path
+    y = run(x, path, tuning=ONE_ROW)
     assert torch.isfinite(y[0]).all() and torch.isnan(y[1]).all() and torch.isnan(y[2]).all()
 
 
@@ -238,7 +245,7 @@ def test_row_layouts_that_cannot_shift_take_the_scalar_path(dtype):
     for what, (x, want) in cases.items():
         assert sm._shift(x.element_size(), 1, x, y) == want, what
         for path in PATHS:
-            check(x, run(x, path))
+            check(x, run(x, path, tuning=ONE_ROW))
 
 
 # Chunked rows under the interpreter: short rows with a small BLOCK reach 1 and 3 chunks,
