@@ -36,10 +36,14 @@ Numerics, in the order they bite (docs/conventions.md, seeds section 7):
   NaN (``fully_masked="nan"``, like ``torch.softmax``).
 * A row holding NaN or +inf gives NaN, like the oracle.
 
+Rows that do not start on a 16-byte vector (odd lengths) are handled as aligned windows:
+whole vectors in the middle, the few loose elements at both ends apart (constexpr ``SHIFT``,
+see ``_shift``), so they still load and store in vectors.
+
 Compilations: the on-chip and split kernels declare row counts, lengths and strides in
 ``do_not_specialize`` (``SOFTMAX_DO_NOT_SPECIALIZE``), with their divisibility by one 16-byte
-vector passed back as one constexpr ``ALIGN``, so a check over many shapes compiles once per
-dtype x block size, not per shape. The streaming kernel (rows past the on-chip limit) stays specialised: it
+vector passed back as one constexpr ``ALIGN`` (or ``SHIFT``), so a check over many shapes
+compiles once per dtype x block size x alignment class (at most three), not per shape. The streaming kernel (rows past the on-chip limit) stays specialised: it
 measured faster so, and ordinary check lengths never reach it.
 
 Example:
