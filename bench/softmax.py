@@ -48,12 +48,16 @@ def variants(n: int, itemsize: int) -> list[tuple[str, dict[str, Any]]]:
     * ``chip eptE``: 16-bit rows of 2k-32k on chip with E elements per thread (fewer threads
       per row, more rows in flight per SM); 64 is the shipped plan for (4096, 32768].
       ``chip chunks eptE`` does the same with the row held as 3 chunks (less padding).
+    * ``chip rows1``: short rows of odd length one per program (16-bit ones then take the
+      aligned windows, which packed rows do not: bf16 1001 ran at 66% of copy packed).
     * ``split cC wW xP``: long rows split across cooperating programs, chunks of C elements,
       W warps, P programs per SM (P > 1: one program's loads overlap another's reductions and
       wait). Four 8-warp programs of 8192 per SM is the shipped plan (fp32 everywhere, 16-bit
       past 65,536).
     """
     out: list[tuple[str, dict[str, Any]]] = []
+    if n % (16 // itemsize) and n <= 4096:  # odd short rows: one per program, as a window
+        out.append(("chip rows1", dict(path="on_chip", tuning=dict(min_elems_per_program=1))))
     pad = 1 << (n - 1).bit_length()  # the padded power-of-two width of the shipped plan
     fewer = 3 * (1 << (-(-n // 3) - 1).bit_length()) < pad
     if fewer and n <= (65536 if itemsize == 2 else 49152):  # chunks cover fewer columns
