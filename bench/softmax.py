@@ -45,9 +45,11 @@ def variants(n: int, itemsize: int) -> list[tuple[str, dict[str, Any]]]:
       two, where that covers fewer columns. The default for fp32 rows of 32k-48k (94% of copy
       at 49,152 on an H200). It loses in bf16 (63% at 12,288 against 81%), with one exp per
       element as with two.
-    * ``chip eptE``: 16-bit rows of 2k-32k on chip with E elements per thread (fewer threads
-      per row, more rows in flight per SM); 64 is the shipped plan for (4096, 32768].
-      ``chip chunks eptE`` does the same with the row held as 3 chunks (less padding).
+    * ``chip eptE``: 16-bit rows of 2k-64k on chip with E elements per thread (fewer threads
+      per row, more rows in flight per SM); ``chip chunks eptE`` with the row held as 3
+      chunks (less padding), ``... stS`` with S pipelined stages. The shipped plan
+      (PLAN_TABLE): 3 chunks at 128 per thread where they pad less (16k-24k with 3 stages),
+      64 per thread elsewhere in (4096, 32768].
     * ``chip rows1``: short rows of odd length one per program (16-bit ones then take the
       aligned windows, which packed rows do not: bf16 1001 ran at 66% of copy packed).
     * ``split cC wW xP``: long rows split across cooperating programs, chunks of C elements,

@@ -205,7 +205,8 @@ def test_rows_off_the_vector_boundary(dtype, path):
 def test_windows_on_chip_only_for_one_16_bit_row_per_program():
     def shift(dtype, path, **kw):
         x = torch.empty(9, 203, dtype=dtype, device=DEVICE)
-        return sm._launch_plan(x, torch.empty_like(x), path, 256, TILE, kw.get("tuning"))[2]
+        _, _, _, shift = sm._launch_plan(x, torch.empty_like(x), path, 256, TILE, kw.get("tuning"))
+        return shift
 
     assert shift(torch.bfloat16, "on_chip", tuning=ONE_ROW) == 8
     assert shift(torch.bfloat16, "on_chip") == 1  # 4096 // 210: 16 rows per program
@@ -215,7 +216,8 @@ def test_windows_on_chip_only_for_one_16_bit_row_per_program():
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_chunked_rows_off_the_vector_boundary(dtype):
-    # Windows of 3 chunks (n + vec - 1 just above a power of two), one row per program.
+    # Windows of 3 chunks (n + vec - 1 just above a power of two) and of one block in 2 warps,
+    # one row per program.
     for n in (33, 35, 37, 45):
         t = make(_off_vector_rows(n, dtype), dtype)
         for tuning in ({**CHUNKED, **ONE_ROW}, dict(chip_warps=2, **ONE_ROW)):

@@ -43,8 +43,9 @@ see ``_shift``), so they still load and store in vectors.
 Compilations: the on-chip and split kernels declare row counts, lengths and strides in
 ``do_not_specialize`` (``SOFTMAX_DO_NOT_SPECIALIZE``), with their divisibility by one 16-byte
 vector passed back as one constexpr ``ALIGN`` (or ``SHIFT``), so a check over many shapes
-compiles once per dtype x block size x alignment class (at most three), not per shape. The streaming kernel (rows past the on-chip limit) stays specialised: it
-measured faster so, and ordinary check lengths never reach it.
+compiles once per dtype x block size x alignment class (at most three), not per shape. The
+streaming kernel (rows past the on-chip limit) stays specialised: it measured faster so, and
+ordinary check lengths never reach it.
 
 Example:
     >>> from onlinesm import kernels
@@ -248,14 +249,21 @@ def _softmax_on_chip_kernel(
 
 
 @triton.jit
-def _whole_vectors(row_ok, c, v_lo, v_hi, SHIFT: tl.constexpr):
-    """The mask of window columns c that are the row's and in whole vectors: [v_lo, v_hi)
-    (per row with SHIFT > 1; v_hi is the scalar row length otherwise)."""
+def _in_vectors(c, v_lo, v_hi, SHIFT: tl.constexpr):
+    """The mask of window columns c in the row's whole vectors, [v_lo, v_hi): with SHIFT = 1,
+    the row itself ([0, n_cols), one comparison)."""
     if SHIFT > 1:
-        mask = row_ok[:, None] & (c >= v_lo[:, None]) & (c < v_hi[:, None])
-    else:
-        mask = row_ok[:, None] & (c < v_hi)
-    return mask
+        return (c >= v_lo) & (c < v_hi)
+    return c < v_hi
+
+
+@triton.jit
+def _whole_vectors(row_ok, c, v_lo, v_hi, SHIFT: tl.constexpr):
+    """``_in_vectors`` for a block of rows: per-row bounds with SHIFT > 1, and rows past the
+    tensor masked out."""
+    if SHIFT > 1:
+        return row_ok[:, None] & _in_vectors(c, v_lo[:, None], v_hi[:, None], SHIFT)
+    return row_ok[:, None] & _in_vectors(c, v_lo, v_hi, SHIFT)
 
 
 @triton.jit
@@ -405,11 +413,9 @@ def _softmax_stream_kernel(
     d_lane = tl.zeros([TILE], tl.float32)
     for start in range(0, end, TILE):
         idx = start + cols
-        ok = idx < v_hi
-        if SHIFT > 1:
-            ok = ok & (idx >= v_lo)
         # evict_last: keep these lines in L2, pass 2 is about to read them again.
-        x = tl.load(x_row + idx, mask=ok, other=NEG_INF, eviction_policy="evict_last")
+        x = tl.load(x_row + idx, mask=_in_vectors(idx, v_lo, v_hi, SHIFT), other=NEG_INF,
+                    eviction_policy="evict_last")
         x = x.to(tl.float32)
         # The recurrence m' = max(m, x), d' = d * exp(m - m') + exp(x - m') needs one exp, not
         # two: one of the two exponents is 0. With hi = max(m, x), lo = min(m, x), t = exp(lo - hi):
@@ -446,9 +452,7 @@ def _softmax_stream_kernel(
     n_tiles = tl.cdiv(end, TILE)
     for k in range(0, n_tiles):
         idx = (n_tiles - 1 - k) * TILE + cols
-        ok = idx < v_hi
-        if SHIFT > 1:
-            ok = ok & (idx >= v_lo)
+        ok = _in_vectors(idx, v_lo, v_hi, SHIFT)
         x = tl.load(x_row + idx, mask=ok, other=NEG_INF, eviction_policy="evict_first")
         e = tl.exp2((x.to(tl.float32) - m_ref) * 1.4426950408889634)  # log2(e)
         tl.store(y_row + idx, _to_output(e * inv, y_ptr, ROUND_BF16), mask=ok)
@@ -492,9 +496,7 @@ def _softmax_split_kernel(
     for row in range(group, n_rows, n_groups):
         row64 = row.to(tl.int64)
         x_base, y_base, first, v_lo, v_hi = _row_window(row64, stride_xm, stride_ym, n_cols, SHIFT)
-        col_ok = cols < v_hi
-        if SHIFT > 1:
-            col_ok = col_ok & (cols >= v_lo)
+        col_ok = _in_vectors(cols, v_lo, v_hi, SHIFT)
         # The chunk is read once and stays in registers until it is written.
         x = tl.load(x_ptr + x_base + cols, mask=col_ok, other=NEG_INF,
                     eviction_policy="evict_first")
@@ -713,8 +715,10 @@ def plan(
 
 
 def _launch_plan(x2: torch.Tensor, y2: torch.Tensor, path: str, max_on_chip: int | None,
-                 tile: int | None, tuning: dict[str, Any] | None) -> tuple[Plan, int, int]:
-    """(plan, ALIGN, SHIFT) for the rows of x2 written into y2 (see :func:`softmax`)."""
+                 tile: int | None, tuning: dict[str, Any] | None
+                 ) -> tuple[Plan, dict[str, Any], int, int]:
+    """(plan, its tuning, ALIGN, SHIFT) for the rows of x2 written into y2 (see
+    :func:`softmax`)."""
     n_cols, itemsize = x2.shape[1], x2.element_size()
     align = _alignment(itemsize, n_cols, x2.stride(0), y2.stride(0))
     shift = _shift(itemsize, align, x2, y2)
@@ -728,7 +732,14 @@ def _launch_plan(x2: torch.Tensor, y2: torch.Tensor, path: str, max_on_chip: int
         shift = 1
         p = plan(n_cols, path=path, max_on_chip=max_on_chip, tile=tile, tuning=tuning,
                  itemsize=itemsize)
-    return p, align, shift
+    width = n_cols + shift - 1
+    t = _tuning(width, itemsize, path, tuning)
+    if p.path == "split" and path == "auto" and not INTERPRETED:
+        if p.split > _sm_count(x2.device) * int(t["split_programs_per_sm"]):
+            # More chunks than programs the GPU runs at once: they could not all wait for each
+            # other. Stream instead.
+            p = plan(width, path="stream", tile=tile, tuning=t, itemsize=itemsize)
+    return p, t, align, shift
 
 
 def _check(x: Any, fully_masked: str) -> None:
@@ -797,14 +808,7 @@ def softmax(
     y2 = torch.empty((n_rows, n_cols), dtype=x.dtype, device=x.device)
     if n_rows == 0:
         return y2.reshape(x.shape)
-    p, align, shift = _launch_plan(x2, y2, path, max_on_chip, tile, tuning)
-    width = n_cols + shift - 1
-    t = _tuning(width, x.element_size(), path, tuning)
-    if p.path == "split" and path == "auto" and not INTERPRETED:
-        if p.split > _sm_count(x.device) * int(t["split_programs_per_sm"]):
-            # More chunks than programs the GPU runs at once: they could not all wait for each
-            # other. Stream instead.
-            p = plan(width, path="stream", tile=tile, tuning=t, itemsize=x.element_size())
+    p, t, align, shift = _launch_plan(x2, y2, path, max_on_chip, tile, tuning)
     nan_if_empty = fully_masked == "nan"
     round_bf16 = INTERPRETED and x.dtype == torch.bfloat16
     if p.path == "on_chip":
