@@ -197,21 +197,31 @@ def test_rows_off_the_vector_boundary(dtype, path):
         size = t.element_size()
         assert sm._shift(size, sm._alignment(size, n, n, n), t, torch.empty_like(t)) == (
             1 if n % vec == 0 else vec)
+        # ... and with memory after the last row (a streamed window may read into it)
+        rows = _off_vector_rows(n, dtype)
+        slack = make(np.vstack([rows, rows[:1]]), dtype)[:-1]
         for fm in ("zeros", "nan"):
             check(t, run(t, path, fully_masked=fm, tuning=ONE_ROW), fm)
             check(t, run(t, path, fully_masked=fm), fm)
+            check(slack, run(slack, path, fully_masked=fm, tuning=ONE_ROW), fm)
 
 
-def test_windows_on_chip_only_for_one_16_bit_row_per_program():
-    def shift(dtype, path, **kw):
-        x = torch.empty(9, 203, dtype=dtype, device=DEVICE)
-        _, _, _, shift = sm._launch_plan(x, torch.empty_like(x), path, 256, TILE, kw.get("tuning"))
-        return shift
+def test_windows_where_they_pay_and_never_past_the_memory_x_owns():
+    def shift(dtype, path, rows_after=1, **kw):
+        x = torch.empty(9 + rows_after, 203, dtype=dtype, device=DEVICE)[:9]
+        y = torch.empty(9, 203, dtype=dtype, device=DEVICE)
+        return sm._launch_plan(x, y, path, 256, TILE, kw.get("tuning"))[3]
 
+    # On chip: only one 16-bit row per program.
     assert shift(torch.bfloat16, "on_chip", tuning=ONE_ROW) == 8
     assert shift(torch.bfloat16, "on_chip") == 1  # 4096 // 210: 16 rows per program
     assert shift(torch.float32, "on_chip", tuning=ONE_ROW) == 1
+    # Streamed: windows read whole vectors past a row's end, so the last row needs memory
+    # after it: a following row, or the CUDA caching allocator's 512-byte blocks (9 x 203 x 4
+    # bytes end 4 bytes short of a vector boundary).
     assert shift(torch.float32, "stream") == 4 and shift(torch.bfloat16, "stream") == 8
+    assert shift(torch.float32, "stream", rows_after=0) == (4 if DEVICE == "cuda" else 1)
+    assert sm._window_fits(torch.empty(5, 44, device=DEVICE)[:, :41], 4)  # 3 columns follow
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)

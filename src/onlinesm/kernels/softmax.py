@@ -59,6 +59,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
 import sys
 import types
 from typing import Any
@@ -397,8 +398,11 @@ def _softmax_stream_kernel(
     SHIFT: tl.constexpr = 1,  # > 1: the row as an aligned window (see _row_window)
 ):
     row = tl.program_id(0).to(tl.int64)  # one program per row
-    # The tiles walk window columns [0, end): the row itself, or with SHIFT > 1 its whole
-    # vectors [v_lo, v_hi), the loose elements at both ends taken once as xe below.
+    # The tiles walk window columns [0, end): the row itself, or with SHIFT > 1 its aligned
+    # window (see _row_window). Pass 1 reads the window's whole vectors, the row's few
+    # neighbouring elements they bring masked to -inf (the launcher checked they are inside the
+    # memory x owns: _window_fits); pass 2 writes the whole vectors inside the row, and the
+    # loose elements at its two ends are written last, from a small tensor of their own.
     x_base, y_base, first, v_lo, v_hi = _row_window(row, stride_xm, stride_ym, n_cols, SHIFT)
     x_row = x_ptr + x_base
     y_row = y_ptr + y_base
@@ -414,8 +418,15 @@ def _softmax_stream_kernel(
     for start in range(0, end, TILE):
         idx = start + cols
         # evict_last: keep these lines in L2, pass 2 is about to read them again.
-        x = tl.load(x_row + idx, mask=_in_vectors(idx, v_lo, v_hi, SHIFT), other=NEG_INF,
-                    eviction_policy="evict_last")
+        if SHIFT > 1:
+            # Whole vectors of the window (up to SHIFT - 1 of the neighbouring rows' elements
+            # come with them), then everything outside the row set to -inf.
+            x = tl.load(x_row + idx, mask=idx < (end + SHIFT - 1) // SHIFT * SHIFT,
+                        other=NEG_INF, eviction_policy="evict_last")
+            x = tl.where((idx >= first) & (idx < end), x, NEG_INF)
+        else:
+            x = tl.load(x_row + idx, mask=idx < n_cols, other=NEG_INF,
+                        eviction_policy="evict_last")
         x = x.to(tl.float32)
         # The recurrence m' = max(m, x), d' = d * exp(m - m') + exp(x - m') needs one exp, not
         # two: one of the two exponents is 0. With hi = max(m, x), lo = min(m, x), t = exp(lo - hi):
@@ -433,17 +444,9 @@ def _softmax_stream_kernel(
 
     # Merge the TILE lane states into the row's (m, d): the tile form of the recurrence,
     #   m = max_j m_j,   d = sum_j d_j * exp(m_j - m)   (each lane re-referenced to the row max).
-    # With SHIFT > 1 the loose elements at the row's ends join as one more small tile.
     m = tl.max(m_lane, axis=0)
-    if SHIFT > 1:
-        ke, oke = _loose_columns(tl.arange(0, 2 * SHIFT), first, v_lo, v_hi, end, SHIFT)
-        xe = tl.load(x_row + ke, mask=oke, other=NEG_INF).to(tl.float32)
-        m = tl.maximum(m, tl.max(xe, axis=0))
     m_ref = tl.where(m == NEG_INF, 0.0, m)  # fully masked row: shift by 0, see kernel 1
     d = tl.sum(d_lane * tl.exp2((m_lane - m_ref) * 1.4426950408889634), axis=0)  # log2(e)
-    if SHIFT > 1:
-        ee = tl.exp2((xe - m_ref) * 1.4426950408889634)  # log2(e)
-        d += tl.sum(ee, axis=0)
     inv = _inverse(d, NAN_IF_EMPTY)
 
     # Pass 2: y = exp(x - m) / d, tile by tile, walking backwards: the last tiles of pass 1 are
@@ -456,7 +459,10 @@ def _softmax_stream_kernel(
         x = tl.load(x_row + idx, mask=ok, other=NEG_INF, eviction_policy="evict_first")
         e = tl.exp2((x.to(tl.float32) - m_ref) * 1.4426950408889634)  # log2(e)
         tl.store(y_row + idx, _to_output(e * inv, y_ptr, ROUND_BF16), mask=ok)
-    if SHIFT > 1:
+    if SHIFT > 1:  # the loose elements at the row's two ends, read again (a few scalars)
+        ke, oke = _loose_columns(tl.arange(0, 2 * SHIFT), first, v_lo, v_hi, end, SHIFT)
+        xe = tl.load(x_row + ke, mask=oke, other=NEG_INF).to(tl.float32)
+        ee = tl.exp2((xe - m_ref) * 1.4426950408889634)  # log2(e)
         tl.store(y_row + ke, _to_output(ee * inv, y_ptr, ROUND_BF16), mask=oke)
 
 
@@ -739,7 +745,40 @@ def _launch_plan(x2: torch.Tensor, y2: torch.Tensor, path: str, max_on_chip: int
             # More chunks than programs the GPU runs at once: they could not all wait for each
             # other. Stream instead.
             p = plan(width, path="stream", tile=tile, tuning=t, itemsize=itemsize)
+    if shift > 1 and p.path == "stream" and not _window_fits(x2, shift):
+        # The last row's end vector could reach past the memory x owns: element by element.
+        shift = 1
+        t = _tuning(n_cols, itemsize, path, tuning)
+        p = plan(n_cols, path="stream", tile=tile, tuning=t, itemsize=itemsize)
     return p, t, align, shift
+
+
+def _window_fits(x2: torch.Tensor, shift: int) -> bool:
+    """Whether the whole vectors holding the last row's elements lie in memory x2 owns.
+
+    The streaming kernel's windows read up to shift - 1 elements past a row's end (masked to
+    -inf, never used): inside the next row, except after the last one. PyTorch's CUDA caching
+    allocator hands out blocks in whole multiples of 512 bytes, so a storage owns its size
+    rounded up to 512 there; with any other allocator (the CPU,
+    ``PYTORCH_NO_CUDA_MEMORY_CACHING=1``, cudaMallocAsync) only its exact size counts, and a
+    tensor whose last vector would reach past it streams element by element instead.
+    """
+    owned = x2.untyped_storage().nbytes()
+    if _caching_allocator(x2.device):
+        owned = -(-owned // 512) * 512
+    last_end = (x2.shape[0] - 1) * x2.stride(0) + x2.shape[1]  # elements from x2's start
+    readable = owned // x2.element_size() - x2.storage_offset()
+    return -(-last_end // shift) * shift <= readable
+
+
+def _caching_allocator(device: torch.device) -> bool:
+    """Whether CUDA tensors come from PyTorch's native caching allocator (512-byte blocks)."""
+    if device.type != "cuda" or os.environ.get("PYTORCH_NO_CUDA_MEMORY_CACHING", "0") == "1":
+        return False
+    try:
+        return torch.cuda.get_allocator_backend() == "native"
+    except (AttributeError, RuntimeError):
+        return False
 
 
 def _check(x: Any, fully_masked: str) -> None:
