@@ -60,6 +60,29 @@ def variants(n: int, itemsize: int) -> list[tuple[str, dict[str, Any]]]:
     out: list[tuple[str, dict[str, Any]]] = []
     if n % (16 // itemsize) and n <= 4096:  # odd short rows: one per program, as a window
         out.append(("chip rows1", dict(path="on_chip", tuning=dict(min_elems_per_program=1))))
+        if itemsize == 2 and n <= 2048:  # ... or several per program, as windows
+            for per_program in (4096, 16384):
+                out.append((f"chip windows m{per_program}", dict(path="on_chip", tuning=dict(
+                    chip_windows_packed=True, min_elems_per_program=per_program))))
+    if n % (16 // itemsize) and n <= 128:  # tiny odd rows: smaller programs, or windows
+        for per_program in (256, 512):
+            out.append((f"chip m{per_program}", dict(path="on_chip", tuning=dict(
+                min_elems_per_program=per_program))))
+        for per_program in (1024,) if itemsize == 2 else (1024, 4096):  # 16-bit: above
+            out.append((f"chip windows m{per_program}", dict(path="on_chip", tuning=dict(
+                chip_windows_packed=True, min_elems_per_program=per_program))))
+    if n % (16 // itemsize) and 512 < n <= 2048:  # odd rows, fewer threads per row
+        out.append(("chip m2048 ept32", dict(path="on_chip", tuning=dict(
+            min_elems_per_program=2048, elems_per_thread=32))))
+        out.append(("chip m4096 ept32", dict(path="on_chip", tuning=dict(
+            min_elems_per_program=4096, elems_per_thread=32, unaligned_elems_per_program=0))))
+    if n <= 2048:  # short rows: how many elements a program takes, and per thread
+        for per_program in (1024, 2048, 8192, 16384):
+            out.append((f"chip m{per_program}", dict(path="on_chip", tuning=dict(
+                min_elems_per_program=per_program))))
+        for ept in (4, 8, 32):
+            out.append((f"chip ept{ept}", dict(path="on_chip", tuning=dict(
+                elems_per_thread=ept, chip_chunked=False))))
     pad = 1 << (n - 1).bit_length()  # the padded power-of-two width of the shipped plan
     fewer = 3 * (1 << (-(-n // 3) - 1).bit_length()) < pad
     if fewer and n <= (65536 if itemsize == 2 else 49152):  # chunks cover fewer columns
@@ -167,9 +190,11 @@ def main() -> None:
                     continue
                 row[name] = gbps(nbytes, ms)
                 row[f"{name}_err"] = (abs_err, rel_err)
-            plan = sm.plan(n, itemsize=itemsize)
+            # The launch softmax(x) makes (rows off the vector boundary plan differently).
+            plan, _, _, shift = sm._launch_plan(x, x, "auto", None, None, None)
             row["plan"] = (f"{plan.path} b{plan.block}" + (f"x{plan.chunks}" if plan.chunks > 1 else "")
-                           + f" r{plan.rows_per_program} s{plan.split} w{plan.num_warps} st{plan.stages}")
+                           + f" r{plan.rows_per_program} s{plan.split} w{plan.num_warps} st{plan.stages}"
+                           + (f" win{shift}" if shift > 1 else ""))
             results.append(row)
             del x
             torch.cuda.empty_cache()

@@ -186,6 +186,8 @@ def _off_vector_rows(n: int, dtype) -> np.ndarray:
 
 #: One row per program on chip: the layout where 16-bit rows take windows there.
 ONE_ROW = dict(min_elems_per_program=1)
+#: Several 16-bit rows per program on chip, each as a window.
+PACKED_WINDOWS = dict(chip_windows_packed=True)
 
 
 @pytest.mark.parametrize("path", PATHS)
@@ -204,6 +206,8 @@ def test_rows_off_the_vector_boundary(dtype, path):
             check(t, run(t, path, fully_masked=fm, tuning=ONE_ROW), fm)
             check(t, run(t, path, fully_masked=fm), fm)
             check(slack, run(slack, path, fully_masked=fm, tuning=ONE_ROW), fm)
+            if path == "on_chip":  # several windows per program (a --tune candidate)
+                check(t, run(t, path, fully_masked=fm, tuning=PACKED_WINDOWS), fm)
 
 
 def test_windows_where_they_pay_and_never_past_the_memory_x_owns():
@@ -215,6 +219,7 @@ def test_windows_where_they_pay_and_never_past_the_memory_x_owns():
     # On chip: only one 16-bit row per program.
     assert shift(torch.bfloat16, "on_chip", tuning=ONE_ROW) == 8
     assert shift(torch.bfloat16, "on_chip") == 1  # 4096 // 210: 16 rows per program
+    assert shift(torch.bfloat16, "on_chip", tuning=PACKED_WINDOWS) == 8
     assert shift(torch.float32, "on_chip", tuning=ONE_ROW) == 1
     # Streamed: windows read whole vectors past a row's end, so the last row needs memory
     # after it: a following row, or the CUDA caching allocator's 512-byte blocks (9 x 203 x 4
@@ -222,6 +227,25 @@ def test_windows_where_they_pay_and_never_past_the_memory_x_owns():
     assert shift(torch.float32, "stream") == 4 and shift(torch.bfloat16, "stream") == 8
     assert shift(torch.float32, "stream", rows_after=0) == (4 if DEVICE == "cuda" else 1)
     assert sm._window_fits(torch.empty(5, 44, device=DEVICE)[:, :41], 4)  # 3 columns follow
+
+
+def test_short_rows_off_the_vector_boundary_take_smaller_programs():
+    def launch(n, dtype):
+        x = torch.empty(64, n, dtype=dtype, device=DEVICE)
+        p, _, _, shift = sm._launch_plan(x, torch.empty_like(x), "auto", None, None, None)
+        return p.path, p.block, p.rows_per_program, shift
+
+    # Loaded element by element: 512 to 2048 elements per program by length (PLAN_TABLE);
+    # aligned rows keep 4096.
+    assert launch(255, torch.float32) == ("on_chip", 256, 4, 1)
+    assert launch(77, torch.float32) == ("on_chip", 128, 4, 1)
+    assert launch(256, torch.float32) == ("on_chip", 256, 16, 1)
+    assert launch(127, torch.bfloat16) == ("on_chip", 128, 4, 1)
+    assert launch(255, torch.bfloat16) == ("on_chip", 256, 4, 1)
+    assert launch(511, torch.float16) == ("on_chip", 512, 4, 1)
+    assert launch(3001, torch.float32)[2] == 1  # past the range: unchanged
+    # 16-bit rows up to 64: several windows per program (width 63 + 7 -> a block of 128).
+    assert launch(63, torch.bfloat16) == ("on_chip", 128, 32, 8)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)

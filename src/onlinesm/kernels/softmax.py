@@ -253,9 +253,13 @@ def _softmax_on_chip_kernel(
 def _in_vectors(c, v_lo, v_hi, SHIFT: tl.constexpr):
     """The mask of window columns c in the row's whole vectors, [v_lo, v_hi): with SHIFT = 1,
     the row itself ([0, n_cols), one comparison)."""
+    # (if/else, not an early return: Triton would still compile the code after a constexpr-if's
+    # return, and with per-row bounds that code does not broadcast.)
     if SHIFT > 1:
-        return (c >= v_lo) & (c < v_hi)
-    return c < v_hi
+        ok = (c >= v_lo) & (c < v_hi)
+    else:
+        ok = c < v_hi
+    return ok
 
 
 @triton.jit
@@ -263,8 +267,10 @@ def _whole_vectors(row_ok, c, v_lo, v_hi, SHIFT: tl.constexpr):
     """``_in_vectors`` for a block of rows: per-row bounds with SHIFT > 1, and rows past the
     tensor masked out."""
     if SHIFT > 1:
-        return row_ok[:, None] & _in_vectors(c, v_lo[:, None], v_hi[:, None], SHIFT)
-    return row_ok[:, None] & _in_vectors(c, v_lo, v_hi, SHIFT)
+        ok = _in_vectors(c, v_lo[:, None], v_hi[:, None], SHIFT)
+    else:
+        ok = _in_vectors(c, v_lo, v_hi, SHIFT)
+    return row_ok[:, None] & ok
 
 
 @triton.jit
@@ -591,6 +597,10 @@ TUNING: dict[str, Any] = {
     # elements per thread when the row is held as 3 chunks; 0: the same as elems_per_thread
     "chunk_elems_per_thread": 0,
     "chip_warps": 0,  # on-chip num_warps; 0: BLOCK_N * ROWS / (32 * elems_per_thread)
+    "chip_windows_packed": False,  # 16-bit odd rows as windows on chip with several per program
+    # Short rows off the 16-byte vector boundary (loaded element by element) are packed until a
+    # program has this many elements instead; 0: min_elems_per_program (PLAN_TABLE sets it).
+    "unaligned_elems_per_program": 0,
 }
 
 #: Per-range overrides of :data:`TUNING` that :func:`plan` applies for ``path="auto"``: rows of
@@ -619,7 +629,13 @@ TUNING: dict[str, Any] = {
 #: against 88%. Rows of 16-24k (3 x 8192) add the pipelined persistent grid (3 stages): bf16
 #: 24,576 93% against 89%, 20,000 82% against 76%; fp16 90% against 90%, 83% against 78%.
 PLAN_TABLE: list[tuple[int, int, int, dict[str, Any]]] = [
+    (4, 0, 96, dict(unaligned_elems_per_program=512)),
+    (4, 96, 2048, dict(unaligned_elems_per_program=1024)),
     (4, 32768, 49152, dict(max_on_chip=49152, chip_chunked=True)),
+    (2, 0, 72, dict(chip_windows_packed=True)),  # rows up to 65 (window width n + 7)
+    (2, 72, 136, dict(unaligned_elems_per_program=512)),
+    (2, 136, 256, dict(unaligned_elems_per_program=1024)),
+    (2, 256, 1024, dict(unaligned_elems_per_program=2048)),
     (2, 2048, 4096, dict(chip_chunked=True, chunk_elems_per_thread=128)),
     (2, 4096, 16384, dict(elems_per_thread=64, chip_chunked=True, chunk_elems_per_thread=128)),
     (2, 16384, 24576, dict(chip_chunked=True, chunk_elems_per_thread=128, chip_stages=3)),
@@ -731,15 +747,24 @@ def _launch_plan(x2: torch.Tensor, y2: torch.Tensor, path: str, max_on_chip: int
     # A row handled as an aligned window (shift > 1) spans up to shift - 1 more columns.
     p = plan(n_cols + shift - 1, path=path, max_on_chip=max_on_chip, tile=tile, tuning=tuning,
              itemsize=itemsize)
-    if shift > 1 and p.path == "on_chip" and (p.rows_per_program > 1 or itemsize == 4):
-        # On chip, windows pay only for one 16-bit row per program. Measured on the H200:
-        # bf16 rows of 1001, 4 per program, 43% of copy windowed against 66% element by
-        # element; fp32 rows of 12,289 66% against 71% (bf16 12,289: 76% against 45%).
+    one_16_bit_row = p.rows_per_program == 1 and itemsize == 2
+    packed_windows = _tuning(n_cols + shift - 1, itemsize, path, tuning)["chip_windows_packed"]
+    if shift > 1 and p.path == "on_chip" and not (one_16_bit_row or packed_windows):
+        # On chip, windows pay for one 16-bit row per program, and for the tiny 16-bit rows
+        # of PLAN_TABLE. Measured on the H200: bf16 rows of 1001, 4 per program, 43% of copy
+        # windowed against 66% element by element; fp32 rows of 12,289 66% against 71% (bf16
+        # 12,289: 76% against 45%).
         shift = 1
         p = plan(n_cols, path=path, max_on_chip=max_on_chip, tile=tile, tuning=tuning,
                  itemsize=itemsize)
     width = n_cols + shift - 1
     t = _tuning(width, itemsize, path, tuning)
+    per_program = int(t["unaligned_elems_per_program"])
+    if align == 1 and shift == 1 and p.path == "on_chip" and p.rows_per_program > 1 and per_program:
+        # Rows loaded element by element: smaller programs (see PLAN_TABLE).
+        t = {**t, "min_elems_per_program": per_program}
+        p = plan(n_cols, path=path, max_on_chip=max_on_chip, tile=tile, tuning=t,
+                 itemsize=itemsize)
     if p.path == "split" and path == "auto" and not INTERPRETED:
         if p.split > _sm_count(x2.device) * int(t["split_programs_per_sm"]):
             # More chunks than programs the GPU runs at once: they could not all wait for each
