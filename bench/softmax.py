@@ -52,6 +52,10 @@ def variants(n: int, itemsize: int) -> list[tuple[str, dict[str, Any]]]:
       64 per thread elsewhere in (4096, 32768].
     * ``chip rows1``: short rows of odd length one per program (16-bit ones then take the
       aligned windows, which packed rows do not: bf16 1001 ran at 66% of copy packed).
+      ``chip windows mE``: several odd 16-bit rows per program as windows, E elements per
+      program; ``chip mE``: E elements per program, element by element. The shipped plan
+      (PLAN_TABLE): 512-2048 elements per program for odd rows by length, windows for 16-bit
+      rows up to 65.
     * ``split cC wW xP``: long rows split across cooperating programs, chunks of C elements,
       W warps, P programs per SM (P > 1: one program's loads overlap another's reductions and
       wait). Four 8-warp programs of 8192 per SM is the shipped plan (fp32 everywhere, 16-bit

@@ -628,6 +628,11 @@ TUNING: dict[str, Any] = {
 #: 90% against 77%, 49,152 90% against 74% streamed, 40,000 90% against 74%; fp16 12,288 98%
 #: against 88%. Rows of 16-24k (3 x 8192) add the pipelined persistent grid (3 stages): bf16
 #: 24,576 93% against 89%, 20,000 82% against 76%; fp16 90% against 90%, 83% against 78%.
+#: Short rows off the 16-byte vector boundary (odd N: loaded element by element) run in smaller
+#: programs, 512 to 2048 elements by length, and 16-bit rows up to 65 as several windows per
+#: program: bf16 33 / 77 / 127 / 255 / 1001 at 45 / 47 / 68 / 75 / 77% of copy against 16 /
+#: 18 / 29 / 38 / 66% (1.2-1.8x torch, was 0.45-0.65x below 512); fp32 33 / 77 / 127 at 62 /
+#: 95 / 94% against 32 / 35 / 60%. Aligned short rows already ran at 97-98% and keep 4096.
 PLAN_TABLE: list[tuple[int, int, int, dict[str, Any]]] = [
     (4, 0, 96, dict(unaligned_elems_per_program=512)),
     (4, 96, 2048, dict(unaligned_elems_per_program=1024)),
