@@ -45,3 +45,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _interpreter_patches_once_per_launch():
+    from onlinesm import interpreter_speed
+
+    with interpreter_speed.patch_once_per_launch():
+        yield

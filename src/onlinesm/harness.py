@@ -34,7 +34,7 @@ from typing import Any, Callable, Sequence
 
 import numpy as np
 
-from onlinesm import interpreter
+from onlinesm import interpreter, interpreter_speed
 from onlinesm.capture import captured_output
 from onlinesm.devices import default_compile_allowance, default_deadline
 from onlinesm.dtypes import resolve, same_bits, to_numpy, to_torch
@@ -203,8 +203,10 @@ class Kernel:
         if deadline is not None and variant not in self._seen_variants:
             deadline += self.compile_allowance  # the first call of a variant may compile
         # What the kernel writes (a compiler's thousands of lines) goes to a log, not the
-        # terminal; under Triton's interpreter fp32 -> bf16 rounds to nearest even, as on a GPU.
-        with captured_output() as out, interpreter.bf16_round_to_nearest():
+        # terminal; under Triton's interpreter fp32 -> bf16 rounds to nearest even, as on a GPU,
+        # and a kernel's helpers do not re-patch triton.language (half the interpreter's time).
+        with (captured_output() as out, interpreter.bf16_round_to_nearest(),
+              interpreter_speed.patch_once_per_launch()):
             finished, result, error = _call_with_timeout(lambda: self.fn(*args, **kwargs), deadline)
         note = ""
         if out.nbytes and (not finished or error is not None):
