@@ -40,6 +40,7 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 __all__ = [
+    "CountedPatch",
     "interpreted",
     "bf16_round_to_nearest",
     "patch_works",
@@ -52,9 +53,6 @@ __all__ = [
 _MODULE = "triton.runtime.interpreter"
 _FUNCTION = "_convert_float"
 
-_lock = threading.RLock()
-_depth = 0  # how many bf16_round_to_nearest() blocks are open (nesting, several threads)
-_original: Callable[..., Any] | None = None  # the helper we replaced, while the patch is in
 _unavailable: str | None = None  # why the patch cannot work, once patch_works() said so
 
 
@@ -148,36 +146,63 @@ def _target_module() -> Any:
     return module
 
 
-def _install() -> bool:
-    """Put the rounding helper in (counted); False when the module cannot be patched."""
-    global _depth, _original
-    with _lock:
-        if _depth == 0:
-            module = _target_module()
-            if isinstance(module, str):
-                return False
-            current = getattr(module, _FUNCTION)
-            if getattr(current, "__onlinesm_rne__", False):  # left by someone else's copy
-                current = current.__wrapped__
-            _original = current
-            setattr(module, _FUNCTION, _make_rounding(current))
-        _depth += 1
-        return True
+class CountedPatch:
+    """A process-wide patch of Triton's internals that nested blocks (several threads too)
+    share: put in when the first block opens, taken out when the last one closes.
+
+    ``put_in()`` patches and returns the function that undoes it, or None when it cannot patch.
+
+    >>> patch = CountedPatch(lambda: (lambda: None))
+    >>> patch.enter(), patch.enter(), patch.exit(), patch.exit()
+    (True, True, None, None)
+    """
+
+    def __init__(self, put_in: Callable[[], Callable[[], None] | None]) -> None:
+        self._put_in = put_in
+        self._lock = threading.RLock()
+        self._depth = 0
+        self._undo: Callable[[], None] | None = None
+
+    def enter(self) -> bool:
+        """Open one block; False (nothing to exit) when the patch cannot go in."""
+        with self._lock:
+            if self._depth == 0:
+                undo = self._put_in()
+                if undo is None:
+                    return False
+                self._undo = undo
+            self._depth += 1
+            return True
+
+    def exit(self) -> None:
+        """Close one block; the last one takes the patch out."""
+        with self._lock:
+            if self._depth == 0:
+                return
+            self._depth -= 1
+            if self._depth == 0 and self._undo is not None:
+                undo, self._undo = self._undo, None
+                undo()
 
 
-def _uninstall() -> None:
-    """Undo one :func:`_install`; the last one restores the interpreter's own helper."""
-    global _depth, _original
-    with _lock:
-        if _depth == 0:
-            return
-        _depth -= 1
-        if _depth == 0:
-            module = sys.modules.get(_MODULE)
-            if module is not None and _original is not None:
-                if getattr(getattr(module, _FUNCTION, None), "__onlinesm_rne__", False):
-                    setattr(module, _FUNCTION, _original)
-            _original = None
+def _put_in_rounding() -> Callable[[], None] | None:
+    """Replace the interpreter's float conversion by the rounding one; the undo, or None."""
+    module = _target_module()
+    if isinstance(module, str):
+        return None
+    current = getattr(module, _FUNCTION)
+    if getattr(current, "__onlinesm_rne__", False):  # left by someone else's copy
+        current = current.__wrapped__
+    setattr(module, _FUNCTION, _make_rounding(current))
+
+    def undo() -> None:
+        if getattr(getattr(module, _FUNCTION, None), "__onlinesm_rne__", False):
+            setattr(module, _FUNCTION, current)
+
+    return undo
+
+
+_ROUNDING = CountedPatch(_put_in_rounding)  # open bf16_round_to_nearest() blocks share it
 
 
 #: float32 inputs of the self-test: ties both ways, overflow, extremes, NaN, subnormals, zeros.
@@ -208,7 +233,7 @@ def _self_test() -> str | None:
 
         builder = module.InterpreterBuilder()
         handle = module.TensorHandle(x.copy(), tl.float32)
-        if not _install():
+        if not _ROUNDING.enter():
             return f"cannot patch {_MODULE}.{_FUNCTION}"
         try:
             # The default path (x.to(tl.bfloat16), a store into a bf16 pointer) and an
@@ -218,7 +243,7 @@ def _self_test() -> str | None:
             got_rtz = (np.asarray(builder.create_fp_to_fp(handle, tl.bfloat16, rtz).data).view(np.uint16)
                        if rtz is not None else None)
         finally:
-            _uninstall()
+            _ROUNDING.exit()
     except Exception as err:  # noqa: BLE001 - any failure means the patch cannot be trusted
         return f"the self-test raised {type(err).__name__}: {err}"
     nan = np.isnan(x)
@@ -292,13 +317,13 @@ def bf16_round_to_nearest() -> Iterator[bool]:
     >>> with bf16_round_to_nearest() as active:
     ...     y = kernel(x)
     """
-    if not interpreted() or not patch_works() or not _install():
+    if not interpreted() or not patch_works() or not _ROUNDING.enter():
         yield False
         return
     try:
         yield True
     finally:
-        _uninstall()
+        _ROUNDING.exit()
 
 
 def interpreter_suspect(actual: Any, exact: Any, dtype: Any, *, allowed: Any = 0.0) -> bool:

@@ -28,15 +28,12 @@ import importlib
 import threading
 from typing import Any, Callable, Iterator
 
-from onlinesm.interpreter import interpreted
+from onlinesm.interpreter import CountedPatch, interpreted
 
 __all__ = ["patch_once_per_launch", "installable"]
 
 _MODULE = "triton.runtime.interpreter"
 
-_lock = threading.RLock()
-_depth = 0  # open patch_once_per_launch() blocks
-_originals: tuple[Callable[..., Any], Callable[..., Any]] | None = None  # _patch_lang, __call__
 #: Per thread: the ids of the triton.language modules the current launch has patched (None
 #: outside a launch). A launch and its helpers run on one thread.
 _state = threading.local()
@@ -69,52 +66,40 @@ def _languages(fn: Any) -> frozenset[int]:
                      if v is tl or v is tl.core)
 
 
-def _install() -> bool:
-    global _depth, _originals
-    if not interpreted():
-        return False  # compiled kernels: nothing to patch
-    with _lock:
-        if _depth == 0:
-            module = _module()
-            if isinstance(module, str):
-                return False
-            patch_lang, launch = module._patch_lang, module.GridExecutor.__call__
+def _put_in() -> Callable[[], None] | None:
+    """Wrap the interpreter's _patch_lang and launch; the undo, or None when it cannot."""
+    module = _module()
+    if isinstance(module, str):
+        return None
+    patch_lang, launch = module._patch_lang, module.GridExecutor.__call__
 
-            def patch_lang_once(fn: Any) -> Any:
-                done = getattr(_state, "done", None)
-                langs = _languages(fn)
-                if done is not None and langs and langs <= done:
-                    return module._LangPatchScope()  # this launch patched them already
-                scope = patch_lang(fn)
-                if done is not None:
-                    _state.done = done | langs
-                return scope
+    def patch_lang_once(fn: Any) -> Any:
+        done = getattr(_state, "done", None)
+        langs = _languages(fn)
+        if done is not None and langs and langs <= done:
+            return module._LangPatchScope()  # this launch patched them already
+        scope = patch_lang(fn)
+        if done is not None:
+            _state.done = done | langs
+        return scope
 
-            def launch_once(self: Any, *args: Any, **kwargs: Any) -> Any:
-                outer = getattr(_state, "done", None)
-                _state.done = frozenset()  # a launch starts with nothing patched
-                try:
-                    return launch(self, *args, **kwargs)
-                finally:
-                    _state.done = outer
+    def launch_once(self: Any, *args: Any, **kwargs: Any) -> Any:
+        outer = getattr(_state, "done", None)
+        _state.done = frozenset()  # a launch starts with nothing patched
+        try:
+            return launch(self, *args, **kwargs)
+        finally:
+            _state.done = outer
 
-            _originals = (patch_lang, launch)
-            module._patch_lang = patch_lang_once
-            module.GridExecutor.__call__ = launch_once
-        _depth += 1
-        return True
+    module._patch_lang, module.GridExecutor.__call__ = patch_lang_once, launch_once
+
+    def undo() -> None:
+        module._patch_lang, module.GridExecutor.__call__ = patch_lang, launch
+
+    return undo
 
 
-def _uninstall() -> None:
-    global _depth, _originals
-    with _lock:
-        if _depth == 0:
-            return
-        _depth -= 1
-        if _depth == 0 and _originals is not None:
-            module = importlib.import_module(_MODULE)
-            module._patch_lang, module.GridExecutor.__call__ = _originals
-            _originals = None
+_PATCH = CountedPatch(_put_in)
 
 
 @contextlib.contextmanager
@@ -122,9 +107,9 @@ def patch_once_per_launch() -> Iterator[bool]:
     """Within the block, a Triton helper called inside an interpreted launch does not re-patch
     ``triton.language``; yields whether the patch is in (False: this Triton lacks the
     internals, and kernels run as before)."""
-    active = _install()
+    active = interpreted() and _PATCH.enter()  # compiled kernels: nothing to patch
     try:
         yield active
     finally:
         if active:
-            _uninstall()
+            _PATCH.exit()
