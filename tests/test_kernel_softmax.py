@@ -244,8 +244,13 @@ def test_short_rows_off_the_vector_boundary_take_smaller_programs():
     assert launch(255, torch.bfloat16) == ("on_chip", 256, 4, 1)
     assert launch(511, torch.float16) == ("on_chip", 512, 4, 1)
     assert launch(3001, torch.float32)[2] == 1  # past the range: unchanged
-    # 16-bit rows up to 64: several windows per program (width 63 + 7 -> a block of 128).
+    # 16-bit rows up to 65: several windows per program (width 63 + 7 -> a block of 128) ...
     assert launch(63, torch.bfloat16) == ("on_chip", 128, 32, 8)
+    # ... or, where windows cannot be taken (y's rows start at other offsets), 512 elements
+    x = torch.empty(64, 63, dtype=torch.bfloat16, device=DEVICE)
+    y = torch.empty(64, 64, dtype=torch.bfloat16, device=DEVICE)[:, :63]
+    p, _, _, shift = sm._launch_plan(x, y, "auto", None, None, None)
+    assert (p.block, p.rows_per_program, shift) == (64, 8, 1)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
