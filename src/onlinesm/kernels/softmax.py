@@ -38,7 +38,10 @@ Numerics, in the order they bite (docs/conventions.md, seeds section 7):
 
 Rows that do not start on a 16-byte vector (odd lengths) are handled as aligned windows:
 whole vectors in the middle, the few loose elements at both ends apart (constexpr ``SHIFT``,
-see ``_shift``), so they still load and store in vectors.
+see ``_shift``), so they still load and store in vectors. Windows are used where they measured
+faster (``_launch_plan``): streamed and split rows, one 16-bit row per program on chip, and
+16-bit rows up to 65 several per program; other short odd rows go element by element, in
+smaller programs (PLAN_TABLE).
 
 Compilations: the on-chip and split kernels declare row counts, lengths and strides in
 ``do_not_specialize`` (``SOFTMAX_DO_NOT_SPECIALIZE``), with their divisibility by one 16-byte
