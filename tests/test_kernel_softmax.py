@@ -257,9 +257,10 @@ def test_short_rows_off_the_vector_boundary_take_smaller_programs():
 def test_chunked_rows_off_the_vector_boundary(dtype):
     # Windows of 3 chunks (n + vec - 1 just above a power of two) and of one block in 2 warps,
     # one row per program.
-    for n in (33, 35, 37, 45):
+    for n in (33, 35, 37, 45, 69):  # 69 + vec - 1 in 5 chunks of 16 with FIVE_CHUNKS
         t = make(_off_vector_rows(n, dtype), dtype)
-        for tuning in ({**CHUNKED, **ONE_ROW}, dict(chip_warps=2, **ONE_ROW)):
+        for tuning in ({**CHUNKED, **ONE_ROW}, {**FIVE_CHUNKS, **ONE_ROW},
+                       dict(chip_warps=2, **ONE_ROW)):
             check(t, run(t, "on_chip", tuning=tuning))
 
 
@@ -292,22 +293,29 @@ def test_row_layouts_that_cannot_shift_take_the_scalar_path(dtype):
 # Chunked rows under the interpreter: short rows with a small BLOCK reach 1 and 3 chunks,
 # their ends and the -inf padding of the last chunk.
 CHUNKED = dict(chip_chunked=True)
+#: Rows held as 3 or 5 chunks, whichever pads less (a --tune candidate).
+FIVE_CHUNKS = dict(chip_chunked=True, chip_chunk_counts=(3, 5))
 
 
+@pytest.mark.parametrize("counts", [(3,), (3, 5)], ids=str)
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-def test_chunked_on_chip_rows(dtype):
-    tuning = CHUNKED
-    for n in (17, 40, 48, 100, 192, 200, 255):
+def test_chunked_on_chip_rows(dtype, counts):
+    tuning = dict(chip_chunked=True, chip_chunk_counts=counts)
+    seen = set()
+    for n in (17, 40, 48, 72, 100, 150, 192, 200, 255, 300):
         p = sm.plan(n, path="on_chip", tuning=tuning, itemsize=torch.empty(0, dtype=dtype).element_size())
-        assert p.block * p.chunks >= n and p.chunks == sm._chunking(n)[1]
+        assert p.block * p.chunks >= n and p.chunks == sm._chunking(n, counts)[1]
+        seen.add(p.chunks)
         x = gaussian(5, n, seed=n)
         x[1, : n // 2 + 1] = NEG_INF  # a prefix across chunk boundaries
         x[2] = NEG_INF  # fully masked
         x[3] = -1e31 * (1 + np.random.default_rng(n).random(n)) if dtype != torch.float16 else -6e4
-        x[4, -1] = 80.0 if dtype != torch.float16 else 11.0  # the max in the last chunk's tail
+        # the max in the last chunk's tail, large enough that exp overflows unless m includes it
+        x[4, -1] = 200.0 if dtype != torch.float16 else 11.0
         t = make(x, dtype)
         for fm in ("zeros", "nan"):
             check(t, run(t, "on_chip", tuning=tuning, fully_masked=fm), fm)
+    assert seen == {1, *counts}  # 72 = 5 x 16, 150 = 5 x 32, 300 = 5 x 64 with counts (3, 5)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
@@ -587,3 +595,32 @@ def test_alignment_is_one_vector_of_the_dtype() -> None:
     assert _alignment(2, 3000, 3000, 3000) == 8
     assert _alignment(2, 1000, 1004, 1000) == 1  # a row stride off the vector
     assert _alignment(4, 1002, 1002, 1002) == 1
+
+
+def _bench_variants():
+    """bench/softmax.py's variants(): the launch candidates --tune times on a GPU."""
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location(
+        "onlinesm_bench_softmax", Path(__file__).parents[1] / "bench" / "softmax.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.variants
+
+
+@pytest.mark.parametrize("n", [63, 1001, 5000, 20000], ids=str)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_every_on_chip_tune_candidate_is_correct(dtype, n):
+    # Before a GPU run times them: a wrong candidate would be a wasted (or misleading) run.
+    variants = _bench_variants()(n, torch.empty(0, dtype=dtype).element_size())
+    chip = [(name, kw) for name, kw in variants if kw["path"] == "on_chip"]
+    assert chip, f"no on-chip candidate for N = {n}"
+    x = gaussian(3, n, seed=n)
+    x[1, -1] = 200.0 if dtype != torch.float16 else 11.0  # the max in the last chunk
+    x[2] = NEG_INF
+    t = make(x, dtype)
+    for name, kw in chip:
+        try:
+            check(t, softmax(t, **kw))
+        except AssertionError as err:
+            raise AssertionError(f"candidate {name!r} ({kw}): {err}") from None
