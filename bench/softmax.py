@@ -91,7 +91,9 @@ def variants(n: int, itemsize: int) -> list[tuple[str, dict[str, Any]]]:
             out.append((f"chip ept{ept}", dict(path="on_chip", tuning=dict(
                 elems_per_thread=ept, chip_chunked=False))))
     pad = 1 << (n - 1).bit_length()  # the padded power-of-two width of the shipped plan
-    fewer = 3 * (1 << (-(-n // 3) - 1).bit_length()) < pad
+    three = 3 * (1 << (-(-n // 3) - 1).bit_length())  # ... and as 3 or 5 power-of-two chunks
+    five = 5 * (1 << (-(-n // 5) - 1).bit_length())
+    fewer = three < pad
     if fewer and n <= (65536 if itemsize == 2 else 49152):  # chunks cover fewer columns
         out.append(("chip chunks", dict(path="on_chip", tuning=dict(
             chip_chunked=True, elems_per_thread=16, chunk_elems_per_thread=0))))
@@ -99,8 +101,6 @@ def variants(n: int, itemsize: int) -> list[tuple[str, dict[str, Any]]]:
             for ept in (32, 64):
                 out.append((f"chip chunks ept{ept}", dict(path="on_chip", tuning=dict(
                     chip_chunked=True, chunk_elems_per_thread=ept))))
-    three = 3 * (1 << (-(-n // 3) - 1).bit_length())
-    five = 5 * (1 << (-(-n // 5) - 1).bit_length())
     if five < min(pad, three) and 2048 < n <= 49152:  # 5 chunks pad less (20,000 = 5 x 4096)
         for ept in (64, 128) if itemsize == 2 else (32, 64):
             knobs = dict(chip_chunked=True, chip_chunk_counts=(3, 5), chunk_elems_per_thread=ept)

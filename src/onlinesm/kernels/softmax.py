@@ -781,9 +781,9 @@ def _launch_plan(x2: torch.Tensor, y2: torch.Tensor, path: str, max_on_chip: int
     # A row handled as an aligned window (shift > 1) spans up to shift - 1 more columns.
     p = plan(n_cols + shift - 1, path=path, max_on_chip=max_on_chip, tile=tile, tuning=tuning,
              itemsize=itemsize)
+    t = _tuning(n_cols + shift - 1, itemsize, path, tuning)
     one_16_bit_row = p.rows_per_program == 1 and itemsize == 2
-    packed_windows = _tuning(n_cols + shift - 1, itemsize, path, tuning)["chip_windows_packed"]
-    if shift > 1 and p.path == "on_chip" and not (one_16_bit_row or packed_windows):
+    if shift > 1 and p.path == "on_chip" and not (one_16_bit_row or t["chip_windows_packed"]):
         # On chip, windows pay for one 16-bit row per program, and for the tiny 16-bit rows
         # of PLAN_TABLE. Measured on the H200: bf16 rows of 1001, 4 per program, 43% of copy
         # windowed against 66% element by element; fp32 rows of 12,289 66% against 71% (bf16
@@ -791,8 +791,8 @@ def _launch_plan(x2: torch.Tensor, y2: torch.Tensor, path: str, max_on_chip: int
         shift = 1
         p = plan(n_cols, path=path, max_on_chip=max_on_chip, tile=tile, tuning=tuning,
                  itemsize=itemsize)
+        t = _tuning(n_cols, itemsize, path, tuning)
     width = n_cols + shift - 1
-    t = _tuning(width, itemsize, path, tuning)
     per_program = int(t["unaligned_elems_per_program"])
     if align == 1 and shift == 1 and p.path == "on_chip" and p.rows_per_program > 1 and per_program:
         # Rows loaded element by element: smaller programs (see PLAN_TABLE).
