@@ -10,7 +10,8 @@
 #         statistical: bench/gpu_statistical.py, false alarms of the statistical tier (20 seeds);
 #         tune: the softmax launch variants side by side (bench/softmax.py --tune), each
 #         checked for correctness in the same run; softmax3: three bench runs (medians);
-#         kernels: the kernel test files compiled on the GPU, each attention variant too;
+#         kernels: the kernel test files compiled on the GPU (SOFTMAX_TESTS: a -k filter), each
+#         attention variant too;
 #         attention: bench/attention.py with ATTN_ARGS (e.g. --tiles to time pinned configs);
 #         ncu: Nsight Compute on the launches that miss their speed targets (bench/ncu_targets.py).
 # A run longer than one call's limit goes through bench/gpu_background.sh.
@@ -69,7 +70,7 @@ for phase in "$@"; do
         echo "== softmax run $i: rc=$? $((SECONDS - start)) s"; grep -a "^| [bf]" "$OUT/softmax_run$i.log" | head -20
       done ;;
     kernels)
-      timeout 200 python3 -m pytest -q -x -p no:cacheprovider tests/test_kernel_softmax.py > "$OUT/kernels_softmax.log" 2>&1
+      timeout 420 python3 -m pytest -q -x -p no:cacheprovider tests/test_kernel_softmax.py ${SOFTMAX_TESTS:+-k "$SOFTMAX_TESTS"} > "$OUT/kernels_softmax.log" 2>&1
       echo "== softmax kernel tests: rc=$? $((SECONDS - start)) s"; tail -2 "$OUT/kernels_softmax.log"
       for variant in ${ATTN_VARIANTS-base}; do
         start=$SECONDS

@@ -62,7 +62,9 @@ def variants(n: int, itemsize: int) -> list[tuple[str, dict[str, Any]]]:
     * ``split cC wW xP``: long rows split across cooperating programs, chunks of C elements,
       W warps, P programs per SM (P > 1: one program's loads overlap another's reductions and
       wait). Four 8-warp programs of 8192 per SM is the shipped plan (fp32 everywhere, 16-bit
-      past 65,536).
+      past 65,536). ``... packed``: the chunks exchange (m, d) as one 64-bit word that is its
+      own ready flag, one store and one read per poll instead of a fence, a count, a poll and
+      a read (unmeasured: for the next GPU run).
     """
     out: list[tuple[str, dict[str, Any]]] = []
     if n % (16 // itemsize) and n <= 4096:  # odd short rows: one per program, as a window
@@ -128,6 +130,12 @@ def variants(n: int, itemsize: int) -> list[tuple[str, dict[str, Any]]]:
                 continue  # the shipped fp32 plan
             out.append((f"split c{chunk} w{warps} x{per_sm}", dict(path="split", tuning=dict(
                 split_chunk=chunk, split_warps=warps, split_programs_per_sm=per_sm))))
+        out.append(("split c16384 w8 x2", dict(path="split", tuning=dict(
+            split_chunk=16384, split_warps=8, split_programs_per_sm=2))))
+        for chunk, warps, per_sm in ((8192, 8, 4), (4096, 4, 8), (16384, 8, 2), (16384, 16, 2)):
+            out.append((f"split c{chunk} w{warps} x{per_sm} packed", dict(
+                path="split", tuning=dict(split_chunk=chunk, split_warps=warps,
+                                          split_programs_per_sm=per_sm, split_packed=True))))
         if itemsize == 2:  # 16-bit long rows stream (two reads) by default
             for tile, warps in ((4096, 8), (4096, 16), (2048, 8)):
                 out.append((f"stream t{tile} w{warps}", dict(path="stream", tuning=dict(

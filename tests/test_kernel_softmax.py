@@ -49,7 +49,8 @@ C_EXP = 1.0 if INTERPRETED else 3.0
 # rows of a few hundred elements under the interpreter.
 TILE = 64
 SMALL = dict(max_on_chip=256, tile=TILE)
-PATHS = ["on_chip", "stream"] if INTERPRETED else ["on_chip", "stream", "split"]
+# "split_packed": the split path with its one-word (m, d) exchange (TUNING["split_packed"]).
+PATHS = ["on_chip", "stream"] if INTERPRETED else ["on_chip", "stream", "split", "split_packed"]
 NEG_INF = float("-inf")
 
 gpu = pytest.mark.gpu
@@ -59,6 +60,8 @@ requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs 
 def run(x: torch.Tensor, path: str = "auto", **kw) -> torch.Tensor:
     """Call the kernel on a given path with the small test tile."""
     opts = {**SMALL, **kw}
+    if path == "split_packed":
+        path, opts["tuning"] = "split", {**kw.get("tuning", {}), "split_packed": True}
     if path == "split":
         opts["tile"] = kw.get("tile", 32)  # several chunks per row even for short test rows
     return softmax(x, path=path, **opts)
@@ -553,9 +556,12 @@ def _hard_rows(n: int, dtype) -> torch.Tensor:
                                300_000])
 def test_gpu_long_rows_every_path(dtype, n):
     t = _hard_rows(n, dtype)
-    for path in ("auto", "stream", "split") if n > 2048 else ("auto", "on_chip", "stream"):
+    for path in ("auto", "stream", "split", "split_packed") if n > 2048 else (
+            "auto", "on_chip", "stream"):
+        tuning = dict(split_packed=True) if path == "split_packed" else None
+        path = "split" if path == "split_packed" else path
         for fm in ("zeros", "nan"):
-            check(t, softmax(t, path=path, fully_masked=fm), fm)
+            check(t, softmax(t, path=path, fully_masked=fm, tuning=tuning), fm)
 
 
 @gpu
@@ -564,6 +570,7 @@ def test_gpu_many_rows_split_grid_is_persistent():
     # More rows than the persistent grid has groups: every group loops over several rows.
     t = make(gaussian(1000, 70_000, seed=13), torch.bfloat16)
     check(t, softmax(t, path="split"))
+    check(t, softmax(t, path="split", tuning=dict(split_packed=True)))
 
 
 @gpu

@@ -498,6 +498,57 @@ def _softmax_stream_kernel(
 # --------------------------------------------------------------------------------------------
 # Kernel 3 (compiled GPU only): a long row split across SPLIT cooperating programs.
 # --------------------------------------------------------------------------------------------
+@triton.jit
+def _exchange_counted(part_ptr, count_ptr, row64, chunk, m_c, d_c, lanes, lane_ok,
+                      SPLIT: tl.constexpr, MAX_SPIN: tl.constexpr):
+    """Publish this chunk's (m_c, d_c) and wait for the row's SPLIT states, through a counter:
+    (ms, ds) over lanes, and how many chunks were seen (SPLIT unless the wait timed out)."""
+    # Publish (m_c, d_c), then count this chunk in. The release orders the two writes before
+    # the count: whoever sees the count also sees the values.
+    slot = part_ptr + (row64 * SPLIT + chunk) * 2
+    tl.atomic_xchg(slot, m_c, sem="relaxed")
+    tl.atomic_xchg(slot + 1, d_c, sem="relaxed")
+    tl.atomic_add(count_ptr + row64, 1, sem="release")
+    # Wait until all SPLIT chunks of this row are in (acquire: their writes become visible).
+    seen = tl.atomic_add(count_ptr + row64, 0, sem="acquire")
+    spins = 0
+    while (seen < SPLIT) & (spins < MAX_SPIN):
+        seen = tl.atomic_add(count_ptr + row64, 0, sem="acquire")
+        spins += 1
+    # Read all partial states (atomic reads: served by L2, where the writes went).
+    ms = tl.atomic_add(part_ptr + (row64 * SPLIT + lanes) * 2, 0.0, mask=lane_ok, sem="acquire")
+    ds = tl.atomic_add(part_ptr + (row64 * SPLIT + lanes) * 2 + 1, 0.0, mask=lane_ok,
+                       sem="acquire")
+    return ms, ds, seen
+
+
+@triton.jit
+def _exchange_packed(part_ptr, row64, chunk, m_c, d_c, lanes, lane_ok,
+                     SPLIT: tl.constexpr, MAX_SPIN: tl.constexpr):
+    """As _exchange_counted, with (m_c, d_c) as one 64-bit word (m_c's bits high, d_c's low)
+    that is its own ready flag: the slots start at -1 (all bits set), a pattern no (m, d)
+    has (a NaN the hardware makes is positive: 0x7fffffff), so a poll that sees every slot
+    != -1 already holds the row's states. One word is written whole, so no fence is needed:
+    one store and one read per poll, where the counter costs a write fence, a count, a poll
+    and then a read of the states."""
+    m_bits = m_c.to(tl.int32, bitcast=True).to(tl.int64)
+    d_bits = d_c.to(tl.int32, bitcast=True).to(tl.int64) & 0xFFFFFFFF
+    tl.atomic_xchg(part_ptr + row64 * SPLIT + chunk, (m_bits << 32) | d_bits, sem="relaxed")
+    # Poll with plain loads: volatile, so each one reads L2 afresh (never L1, never hoisted),
+    # and many programs can read a word at once where atomics on it would queue.
+    slots = part_ptr + row64 * SPLIT + lanes
+    words = tl.load(slots, mask=lane_ok, other=0, volatile=True)
+    seen = tl.sum(((words != -1) & lane_ok).to(tl.int32), axis=0)
+    spins = 0
+    while (seen < SPLIT) & (spins < MAX_SPIN):
+        words = tl.load(slots, mask=lane_ok, other=0, volatile=True)
+        seen = tl.sum(((words != -1) & lane_ok).to(tl.int32), axis=0)
+        spins += 1
+    ms = (words >> 32).to(tl.int32).to(tl.float32, bitcast=True)
+    ds = words.to(tl.int32).to(tl.float32, bitcast=True)
+    return ms, ds, seen
+
+
 @triton.jit(do_not_specialize=SOFTMAX_DO_NOT_SPECIALIZE)
 def _softmax_split_kernel(
     x_ptr, y_ptr, part_ptr, count_ptr, n_rows, n_cols, stride_xm, stride_ym,
@@ -510,6 +561,8 @@ def _softmax_split_kernel(
     ALIGN: tl.constexpr,  # n_cols and both row strides are multiples of ALIGN (see _alignment)
     SHIFT: tl.constexpr = 1,  # > 1: rows as aligned windows (see _row_window); SPLIT * CHUNK
     # then covers n_cols + SHIFT - 1, and chunk 0 also owns the loose elements at both ends
+    PACKED: tl.constexpr = False,  # (m_c, d_c) published as one 64-bit word that is its own
+    # ready flag (part_ptr: int64, filled with -1; count_ptr unused): see _publish_packed
 ):
     if ALIGN > 1:
         # The launcher checked that sizes and strides are multiples of ALIGN (one 16-byte
@@ -552,24 +605,13 @@ def _softmax_split_kernel(
         if SHIFT > 1:
             xe = tl.exp2((xe - m_c_ref) * 1.4426950408889634)  # log2(e)
             d_c += tl.sum(xe, axis=0)
-        # Publish (m_c, d_c), then count this chunk in. The release orders the two writes before
-        # the count: whoever sees the count also sees the values.
-        slot = part_ptr + (row64 * SPLIT + chunk) * 2
-        tl.atomic_xchg(slot, m_c, sem="relaxed")
-        tl.atomic_xchg(slot + 1, d_c, sem="relaxed")
-        tl.atomic_add(count_ptr + row64, 1, sem="release")
-        # Wait until all SPLIT chunks of this row are in (acquire: their writes become visible).
-        seen = tl.atomic_add(count_ptr + row64, 0, sem="acquire")
-        spins = 0
-        while (seen < SPLIT) & (spins < MAX_SPIN):
-            seen = tl.atomic_add(count_ptr + row64, 0, sem="acquire")
-            spins += 1
-        # Read all partial states (atomic reads: served by L2, where the writes went) and merge:
-        #   m = max_c m_c,   d = sum_c d_c * exp(m_c - m).
-        ms = tl.atomic_add(part_ptr + (row64 * SPLIT + lanes) * 2, 0.0, mask=lane_ok,
-                           sem="acquire")
-        ds = tl.atomic_add(part_ptr + (row64 * SPLIT + lanes) * 2 + 1, 0.0, mask=lane_ok,
-                           sem="acquire")
+        if PACKED:
+            ms, ds, seen = _exchange_packed(part_ptr, row64, chunk, m_c, d_c, lanes, lane_ok,
+                                            SPLIT, MAX_SPIN)
+        else:
+            ms, ds, seen = _exchange_counted(part_ptr, count_ptr, row64, chunk, m_c, d_c,
+                                             lanes, lane_ok, SPLIT, MAX_SPIN)
+        # Merge:  m = max_c m_c,   d = sum_c d_c * exp(m_c - m).
         ms = tl.where(lane_ok, ms, NEG_INF)  # lanes past SPLIT: no chunk, nothing to merge
         ds = tl.where(lane_ok, ds, 0.0)
         m = tl.max(ms, axis=0)
@@ -615,6 +657,10 @@ TUNING: dict[str, Any] = {
     "split_warps": 8,
     "split_programs_per_sm": 4,
     "max_spin": 1 << 20,  # ~1 s of polling: far beyond any real wait, short of a hang
+    # Split rows exchange (m_c, d_c) as one 64-bit word that is its own ready flag instead of
+    # two words and a counter (one store and one read per poll instead of a fence, a count, a
+    # poll and a read). Candidate for the H200 sweep.
+    "split_packed": False,
     # Candidates for the H200 sweep (off by default until measured; bench/softmax.py --tune):
     "chip_chunked": False,  # cover a row by 3 power-of-two chunks when that pads less
     "chip_chunk_counts": (3,),  # the chunk counts chip_chunked may use: (3,) or (3, 5)
@@ -933,12 +979,18 @@ def softmax(
             )
         slots = max(1, _sm_count(x.device) * int(t["split_programs_per_sm"]) // p.split)
         groups = min(n_rows, slots)
-        part = torch.empty(n_rows * p.split * 2, dtype=torch.float32, device=x.device)
-        count = torch.zeros(n_rows, dtype=torch.int32, device=x.device)
+        packed = bool(t["split_packed"])
+        if packed:  # one word per chunk, -1 until written (see _exchange_packed)
+            part = torch.full((n_rows * p.split,), -1, dtype=torch.int64, device=x.device)
+            count = part  # unused
+        else:
+            part = torch.empty(n_rows * p.split * 2, dtype=torch.float32, device=x.device)
+            count = torch.zeros(n_rows, dtype=torch.int32, device=x.device)
         _variant(_softmax_split_kernel, _softmax_split_specialised)[(groups * p.split,)](
             x2, y2, part, count, n_rows, n_cols, x2.stride(0), y2.stride(0),
             CHUNK=p.block, SPLIT=p.split, LANES=_pow2(p.split), NAN_IF_EMPTY=nan_if_empty,
-            MAX_SPIN=int(t["max_spin"]), ALIGN=align, SHIFT=shift, num_warps=p.num_warps,
+            MAX_SPIN=int(t["max_spin"]), ALIGN=align, SHIFT=shift, PACKED=packed,
+            num_warps=p.num_warps,
         )
     return y2.reshape(x.shape)
 
