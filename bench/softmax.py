@@ -50,9 +50,6 @@ def variants(n: int, itemsize: int) -> list[tuple[str, dict[str, Any]]]:
       chunks (less padding), ``... stS`` with S pipelined stages. The shipped plan
       (PLAN_TABLE): 3 chunks at 128 per thread where they pad less (16k-24k with 3 stages),
       64 per thread elsewhere in (4096, 32768].
-    * ``chip chunks5 eptE [st3]``: rows held as 5 power-of-two chunks where that pads less than
-      1 or 3 (20,000 = 5 x 4096 instead of 3 x 8192; 40,000 = 5 x 8192), E elements per
-      thread (unmeasured: for the next GPU run).
     * ``chip rows1``: short rows of odd length one per program (16-bit ones then take the
       aligned windows, which packed rows do not: bf16 1001 ran at 66% of copy packed).
       ``chip windows mE``: several odd 16-bit rows per program as windows, E elements per
@@ -93,8 +90,7 @@ def variants(n: int, itemsize: int) -> list[tuple[str, dict[str, Any]]]:
             out.append((f"chip ept{ept}", dict(path="on_chip", tuning=dict(
                 elems_per_thread=ept, chip_chunked=False))))
     pad = 1 << (n - 1).bit_length()  # the padded power-of-two width of the shipped plan
-    three = 3 * (1 << (-(-n // 3) - 1).bit_length())  # ... and as 3 or 5 power-of-two chunks
-    five = 5 * (1 << (-(-n // 5) - 1).bit_length())
+    three = 3 * (1 << (-(-n // 3) - 1).bit_length())  # ... and as 3 power-of-two chunks
     fewer = three < pad
     if fewer and n <= (65536 if itemsize == 2 else 49152):  # chunks cover fewer columns
         out.append(("chip chunks", dict(path="on_chip", tuning=dict(
@@ -103,13 +99,6 @@ def variants(n: int, itemsize: int) -> list[tuple[str, dict[str, Any]]]:
             for ept in (32, 64):
                 out.append((f"chip chunks ept{ept}", dict(path="on_chip", tuning=dict(
                     chip_chunked=True, chunk_elems_per_thread=ept))))
-    if five < min(pad, three) and 2048 < n <= 49152:  # 5 chunks pad less (20,000 = 5 x 4096)
-        for ept in (64, 128) if itemsize == 2 else (32, 64):
-            knobs = dict(chip_chunked=True, chip_chunk_counts=(3, 5), chunk_elems_per_thread=ept)
-            out.append((f"chip chunks5 ept{ept}", dict(path="on_chip", tuning=knobs)))
-            if n > 16384:  # with the pipelined persistent grid, as 16-24k rows ship
-                out.append((f"chip chunks5 ept{ept} st3", dict(path="on_chip", tuning=dict(
-                    knobs, chip_stages=3))))
     if itemsize == 2 and 2048 < n <= 65536:  # latency-bound rows: fewer threads per row
         epts = (32, 64, 128) if n <= 32768 else (128,)
         for ept in epts:

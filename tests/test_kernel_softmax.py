@@ -260,10 +260,9 @@ def test_short_rows_off_the_vector_boundary_take_smaller_programs():
 def test_chunked_rows_off_the_vector_boundary(dtype):
     # Windows of 3 chunks (n + vec - 1 just above a power of two) and of one block in 2 warps,
     # one row per program.
-    for n in (33, 35, 37, 45, 69):  # 69 + vec - 1 in 5 chunks of 16 with FIVE_CHUNKS
+    for n in (33, 35, 37, 45):
         t = make(_off_vector_rows(n, dtype), dtype)
-        for tuning in ({**CHUNKED, **ONE_ROW}, {**FIVE_CHUNKS, **ONE_ROW},
-                       dict(chip_warps=2, **ONE_ROW)):
+        for tuning in ({**CHUNKED, **ONE_ROW}, dict(chip_warps=2, **ONE_ROW)):
             check(t, run(t, "on_chip", tuning=tuning))
 
 
@@ -296,18 +295,15 @@ def test_row_layouts_that_cannot_shift_take_the_scalar_path(dtype):
 # Chunked rows under the interpreter: short rows with a small BLOCK reach 1 and 3 chunks,
 # their ends and the -inf padding of the last chunk.
 CHUNKED = dict(chip_chunked=True)
-#: Rows held as 3 or 5 chunks, whichever pads less (a --tune candidate).
-FIVE_CHUNKS = dict(chip_chunked=True, chip_chunk_counts=(3, 5))
 
 
-@pytest.mark.parametrize("counts", [(3,), (3, 5)], ids=str)
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-def test_chunked_on_chip_rows(dtype, counts):
-    tuning = dict(chip_chunked=True, chip_chunk_counts=counts)
+def test_chunked_on_chip_rows(dtype):
+    tuning = CHUNKED
     seen = set()
-    for n in (17, 40, 48, 72, 100, 150, 192, 200, 255, 300):
+    for n in (17, 40, 48, 100, 192, 200, 255):
         p = sm.plan(n, path="on_chip", tuning=tuning, itemsize=torch.empty(0, dtype=dtype).element_size())
-        assert p.block * p.chunks >= n and p.chunks == sm._chunking(n, counts)[1]
+        assert p.block * p.chunks >= n and p.chunks == sm._chunking(n)[1]
         seen.add(p.chunks)
         x = gaussian(5, n, seed=n)
         x[1, : n // 2 + 1] = NEG_INF  # a prefix across chunk boundaries
@@ -318,7 +314,7 @@ def test_chunked_on_chip_rows(dtype, counts):
         t = make(x, dtype)
         for fm in ("zeros", "nan"):
             check(t, run(t, "on_chip", tuning=tuning, fully_masked=fm), fm)
-    assert seen == {1, *counts}  # 72 = 5 x 16, 150 = 5 x 32, 300 = 5 x 64 with counts (3, 5)
+    assert seen == {1, 3}  # 40 and 48 = 3 x 16, 192 = 3 x 64: less padding than one block
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
@@ -339,12 +335,23 @@ def test_chunked_rows_propagate_nan_and_posinf():
 
 
 def test_long_rows_split_on_the_gpu_stream_under_the_interpreter():
-    """The shipped table: fp32 rows past the on-chip limit and 16-bit rows past 65,536 split
-    across programs on the GPU (one read); 16-bit rows up to 65,536 stream; the interpreter,
-    which runs programs one at a time, always streams."""
-    assert sm.plan(65536, itemsize=4, interpreted=False).path == "split"
-    assert sm.plan(65536, itemsize=2, interpreted=False).path == "stream"
-    assert sm.plan(131072, itemsize=2, interpreted=False).path == "split"
+    """The shipped table: rows past the on-chip limit split across programs on the GPU (one
+    read), in chunks that give at most 32 per row where (m, d) travel as one word; the
+    interpreter, which runs programs one at a time, always streams."""
+    tuned = sm._tuning  # the knobs plan() used for a row
+
+    def split(n: int, itemsize: int) -> tuple[int, int, bool]:
+        p = sm.plan(n, itemsize=itemsize, interpreted=False)
+        assert p.path == "split", (n, itemsize)
+        return p.block, p.split, bool(tuned(n, itemsize, "auto", None)["split_packed"])
+
+    assert split(65536, 4) == (16384, 4, True)
+    assert split(524288, 4) == (16384, 32, True)
+    assert split(524289, 4) == (8192, 65, False)  # past 32 chunks: the counter
+    assert split(49153, 2) == (4096, 13, True)
+    assert split(131072, 2) == (4096, 32, True)
+    assert split(262144, 2) == (8192, 32, True)
+    assert split(262145, 2) == (8192, 33, False)
     assert sm.plan(131072, itemsize=2, interpreted=True).path == "stream"
     assert sm.plan(1 << 22, itemsize=2, interpreted=False).path == "stream"  # past 64 chunks
     # 16-bit rows of 4k-32k: 64 elements per thread (8 warps for a 16,384 block, not 32)
@@ -357,7 +364,6 @@ def test_long_rows_split_on_the_gpu_stream_under_the_interpreter():
                                      (24576, 3, 8, 3), (32768, 1, 16, 3), (40000, 3, 16, 3)):
         p = sm.plan(n, itemsize=2, interpreted=False)
         assert (p.path, p.chunks, p.num_warps, p.stages) == ("on_chip", chunks, warps, stages), n
-    assert sm.plan(49153, itemsize=2, interpreted=False).path == "stream"
 
 
 def test_plan_table_sets_the_auto_plan_for_its_range(monkeypatch):

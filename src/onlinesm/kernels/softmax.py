@@ -226,7 +226,7 @@ def _softmax_on_chip_kernel(
     ROUND_BF16: tl.constexpr,  # interpreter only: see _to_output
     STAGES: tl.constexpr,  # > 1: persistent grid, the next rows' loads overlap this row's math
     ALIGN: tl.constexpr,  # n_cols and both row strides are multiples of ALIGN (see _alignment)
-    CHUNKS: tl.constexpr = 1,  # 1..5 pieces of BLOCK_N per row: 12288 = 3 x 4096, not 16384
+    CHUNKS: tl.constexpr = 1,  # 1..3 pieces of BLOCK_N per row: 12288 = 3 x 4096, not 16384
     SHIFT: tl.constexpr = 1,  # > 1: rows as aligned windows (see _shift); CHUNKS * BLOCK_N
     # then covers n_cols + SHIFT - 1
 ):
@@ -314,9 +314,9 @@ def _softmax_rows(x_ptr, y_ptr, blk, n_rows, n_cols, stride_xm, stride_ym, cols,
                   BLOCK_N: tl.constexpr, CHUNKS: tl.constexpr, SHIFT: tl.constexpr):
     """Softmax of rows blk * ROWS ... blk * ROWS + ROWS - 1, each held whole in registers.
 
-    A row is CHUNKS tensors of BLOCK_N columns (x0 .. x4), so a length that is not a power of
+    A row is CHUNKS tensors of BLOCK_N columns (x0 .. x2), so a length that is not a power of
     two is covered by a few power-of-two pieces instead of padding to the next power of two
-    (12288 = 3 x 4096: no idle quarter; 20,000 in 5 x 4096). Every chunk is loaded before any reduction: all of the
+    (12288 = 3 x 4096: no idle quarter). Every chunk is loaded before any reduction: all of the
     row's bytes are in flight at once. With SHIFT > 1 the chunks hold the row's whole vectors
     and a small tensor xe its loose elements at both ends (see _row_window).
     """
@@ -330,10 +330,6 @@ def _softmax_rows(x_ptr, y_ptr, blk, n_rows, n_cols, stride_xm, stride_ym, cols,
         x1 = _load_chunk(x_ptr, x_base, row_ok, v_lo, v_hi, cols, 1, BLOCK_N, SHIFT)
     if CHUNKS > 2:
         x2 = _load_chunk(x_ptr, x_base, row_ok, v_lo, v_hi, cols, 2, BLOCK_N, SHIFT)
-    if CHUNKS > 3:
-        x3 = _load_chunk(x_ptr, x_base, row_ok, v_lo, v_hi, cols, 3, BLOCK_N, SHIFT)
-    if CHUNKS > 4:
-        x4 = _load_chunk(x_ptr, x_base, row_ok, v_lo, v_hi, cols, 4, BLOCK_N, SHIFT)
     if SHIFT > 1:
         # The loose elements at the row's two ends: at most 2 (SHIFT - 1) scalars per row.
         ke, oke = _loose_columns(tl.arange(0, 2 * SHIFT)[None, :], first[:, None], v_lo[:, None],
@@ -347,10 +343,6 @@ def _softmax_rows(x_ptr, y_ptr, blk, n_rows, n_cols, stride_xm, stride_ym, cols,
         m = tl.maximum(m, tl.max(x1, axis=1))
     if CHUNKS > 2:
         m = tl.maximum(m, tl.max(x2, axis=1))
-    if CHUNKS > 3:
-        m = tl.maximum(m, tl.max(x3, axis=1))
-    if CHUNKS > 4:
-        m = tl.maximum(m, tl.max(x4, axis=1))
     if SHIFT > 1:
         m = tl.maximum(m, tl.max(xe, axis=1))
     # A fully masked row has m = -inf, and x - m would be -inf - -inf = NaN. Shift by 0
@@ -367,12 +359,6 @@ def _softmax_rows(x_ptr, y_ptr, blk, n_rows, n_cols, stride_xm, stride_ym, cols,
     if CHUNKS > 2:
         x2 = _chunk_exp(x2, m_ref)
         d += tl.sum(x2, axis=1)
-    if CHUNKS > 3:
-        x3 = _chunk_exp(x3, m_ref)
-        d += tl.sum(x3, axis=1)
-    if CHUNKS > 4:
-        x4 = _chunk_exp(x4, m_ref)
-        d += tl.sum(x4, axis=1)
     if SHIFT > 1:
         xe = _chunk_exp(xe, m_ref)
         d += tl.sum(xe, axis=1)
@@ -384,12 +370,6 @@ def _softmax_rows(x_ptr, y_ptr, blk, n_rows, n_cols, stride_xm, stride_ym, cols,
                      SHIFT)
     if CHUNKS > 2:
         _store_chunk(y_ptr, y_base, row_ok, v_lo, v_hi, cols, x2, inv, 2, BLOCK_N, ROUND_BF16,
-                     SHIFT)
-    if CHUNKS > 3:
-        _store_chunk(y_ptr, y_base, row_ok, v_lo, v_hi, cols, x3, inv, 3, BLOCK_N, ROUND_BF16,
-                     SHIFT)
-    if CHUNKS > 4:
-        _store_chunk(y_ptr, y_base, row_ok, v_lo, v_hi, cols, x4, inv, 4, BLOCK_N, ROUND_BF16,
                      SHIFT)
     if SHIFT > 1:
         tl.store(y_ptr + y_base[:, None] + ke,
@@ -534,14 +514,16 @@ def _exchange_packed(part_ptr, row64, chunk, m_c, d_c, lanes, lane_ok,
     m_bits = m_c.to(tl.int32, bitcast=True).to(tl.int64)
     d_bits = d_c.to(tl.int32, bitcast=True).to(tl.int64) & 0xFFFFFFFF
     tl.atomic_xchg(part_ptr + row64 * SPLIT + chunk, (m_bits << 32) | d_bits, sem="relaxed")
-    # Poll with plain loads: volatile, so each one reads L2 afresh (never L1, never hoisted),
-    # and many programs can read a word at once where atomics on it would queue.
+    # Poll with atomic reads (served by L2, where the words went). Volatile loads instead
+    # were slower on the H200 (bf16 65,536: 80% of copy against 86%), and so are more than
+    # about 32 chunks a row: SPLIT programs polling SPLIT words (bf16 262,144 in 64 chunks:
+    # 47%; PLAN_TABLE keeps the counter there).
     slots = part_ptr + row64 * SPLIT + lanes
-    words = tl.load(slots, mask=lane_ok, other=0, volatile=True)
+    words = tl.atomic_add(slots, 0, mask=lane_ok, sem="relaxed")
     seen = tl.sum(((words != -1) & lane_ok).to(tl.int32), axis=0)
     spins = 0
     while (seen < SPLIT) & (spins < MAX_SPIN):
-        words = tl.load(slots, mask=lane_ok, other=0, volatile=True)
+        words = tl.atomic_add(slots, 0, mask=lane_ok, sem="relaxed")
         seen = tl.sum(((words != -1) & lane_ok).to(tl.int32), axis=0)
         spins += 1
     ms = (words >> 32).to(tl.int32).to(tl.float32, bitcast=True)
@@ -663,7 +645,6 @@ TUNING: dict[str, Any] = {
     "split_packed": False,
     # Candidates for the H200 sweep (off by default until measured; bench/softmax.py --tune):
     "chip_chunked": False,  # cover a row by 3 power-of-two chunks when that pads less
-    "chip_chunk_counts": (3,),  # the chunk counts chip_chunked may use: (3,) or (3, 5)
     # elements per thread when the row is held as 3 chunks; 0: the same as elems_per_thread
     "chunk_elems_per_thread": 0,
     "chip_warps": 0,  # on-chip num_warps; 0: BLOCK_N * ROWS / (32 * elems_per_thread)
@@ -707,6 +688,7 @@ PLAN_TABLE: list[tuple[int, int, int, dict[str, Any]]] = [
     (4, 0, 96, dict(unaligned_elems_per_program=512)),
     (4, 96, 2048, dict(unaligned_elems_per_program=1024)),
     (4, 32768, 49152, dict(max_on_chip=49152, chip_chunked=True)),
+    (4, 49152, 524288, dict(split_packed=True, split_chunk=16384, split_programs_per_sm=2)),
     # rows up to 65 (window width n + 7) as windows; in a layout that cannot take them,
     # 512 elements per program (bf16 33 / 63: 33% / 59% of copy against 16% / 30% at 4096)
     (2, 0, 72, dict(chip_windows_packed=True, unaligned_elems_per_program=512)),
@@ -718,7 +700,12 @@ PLAN_TABLE: list[tuple[int, int, int, dict[str, Any]]] = [
     (2, 16384, 24576, dict(chip_chunked=True, chunk_elems_per_thread=128, chip_stages=3)),
     (2, 24576, 32768, dict(elems_per_thread=64)),
     (2, 32768, 49152, dict(max_on_chip=49152, chip_chunked=True, chunk_elems_per_thread=128)),
-    (2, 65536, 1 << 21, dict(split_itemsizes=(2, 4))),
+    # Long rows split across programs exchanging (m, d) as one self-flagging word, in chunks
+    # that give at most 32 per row (more: the polls contend, see _exchange_packed).
+    (2, 49152, 131072, dict(split_itemsizes=(2, 4), split_packed=True, split_chunk=4096,
+                            split_warps=4, split_programs_per_sm=8)),
+    (2, 131072, 262144, dict(split_itemsizes=(2, 4), split_packed=True)),
+    (2, 262144, 1 << 21, dict(split_itemsizes=(2, 4))),
 ]
 
 
@@ -735,16 +722,14 @@ class Plan:
     chunks: int = 1  # on_chip: the row is chunks x block columns (block a power of two)
 
 
-def _chunking(n_cols: int, counts: tuple[int, ...] = (3,)) -> tuple[int, int]:
-    """(block, chunks): n_cols covered by 1 power-of-two block or by ``counts`` of them (odd
-    counts up to 5), whichever pads least (the fewer chunks on a tie).
+def _chunking(n_cols: int) -> tuple[int, int]:
+    """(block, chunks): n_cols covered by 1 or 3 power-of-two blocks, whichever pads less.
 
-    12288 -> (4096, 3), 3000 -> (1024, 3), 1000 -> (1024, 1); with counts (3, 5), 20000 ->
-    (4096, 5). An even count never pads less than half as many blocks twice the size
-    (2 * 2**k covers what 2**(k+1) does), so only odd counts matter.
+    12288 -> (4096, 3), 3000 -> (1024, 3), 1000 -> (1024, 1). Two or four blocks never pad
+    less than one (2 * 2**k covers what 2**(k+1) does), so three is the only other count.
     """
     best = (max(16, _pow2(n_cols)), 1)
-    for k in counts:
+    for k in (3,):
         block = max(16, _pow2(-(-n_cols // k)))
         if block * k < best[0] * best[1]:
             best = (block, k)
@@ -793,8 +778,7 @@ def plan(
         else:
             path = "stream"
     if path == "on_chip":
-        block, chunks = (_chunking(n_cols, tuple(t["chip_chunk_counts"])) if t["chip_chunked"]
-                         else (max(16, _pow2(n_cols)), 1))
+        block, chunks = _chunking(n_cols) if t["chip_chunked"] else (max(16, _pow2(n_cols)), 1)
         width = block * chunks
         rows = max(1, min(64, int(t["min_elems_per_program"]) // width))
         rows = 1 << (rows.bit_length() - 1)  # a power of two (tl.arange), rounded down
