@@ -570,14 +570,17 @@ def _softmax_split_kernel(
         # The chunk is read once and stays in registers until it is written.
         x = tl.load(x_ptr + x_base + cols, mask=col_ok, other=NEG_INF,
                     eviction_policy="evict_first")
-        x = x.to(tl.float32)  # widen once
-        # This chunk's (m_c, d_c), exactly as in kernel 1 (chunk 0 with the loose elements).
-        m_c = tl.max(x, axis=0)
         if SHIFT > 1:
+            # The loose elements, loaded with the chunk rather than after its max: chunk 0 is
+            # on every row's critical path, and a second round trip there delays all SPLIT.
             ke, oke = _loose_columns(tl.arange(0, 2 * SHIFT), first, v_lo, v_hi,
                                       first + n_cols, SHIFT)
             oke = oke & (chunk == 0)
             xe = tl.load(x_ptr + x_base + ke, mask=oke, other=NEG_INF).to(tl.float32)
+        x = x.to(tl.float32)  # widen once
+        # This chunk's (m_c, d_c), exactly as in kernel 1 (chunk 0 with the loose elements).
+        m_c = tl.max(x, axis=0)
+        if SHIFT > 1:
             m_c = tl.maximum(m_c, tl.max(xe, axis=0))
         m_c_ref = tl.where(m_c == NEG_INF, 0.0, m_c)
         # e_c = exp(x - m_c), kept in x's registers until the store: one exp per element, the
