@@ -247,6 +247,12 @@ def test_short_rows_off_the_vector_boundary_take_smaller_programs():
     assert launch(255, torch.bfloat16) == ("on_chip", 256, 4, 1)
     assert launch(511, torch.float16) == ("on_chip", 512, 4, 1)
     assert launch(3001, torch.float32)[2] == 1  # past the range: unchanged
+    # odd 16-bit rows of 513-2048: 32 elements per thread (two rows of 1001 in 2 warps)
+    x = torch.empty(64, 1001, dtype=torch.bfloat16, device=DEVICE)
+    p, _, _, shift = sm._launch_plan(x, torch.empty_like(x), "auto", None, None, None)
+    assert (p.block, p.rows_per_program, p.num_warps, shift) == (1024, 2, 2, 1)
+    x = torch.empty(64, 1024, dtype=torch.bfloat16, device=DEVICE)  # aligned: as before
+    assert sm._launch_plan(x, torch.empty_like(x), "auto", None, None, None)[0].num_warps == 8
     # 16-bit rows up to 65: several windows per program (width 63 + 7 -> a block of 128) ...
     assert launch(63, torch.bfloat16) == ("on_chip", 128, 32, 8)
     # ... or, where windows cannot be taken (y's rows start at other offsets), 512 elements

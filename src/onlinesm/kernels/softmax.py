@@ -655,6 +655,7 @@ TUNING: dict[str, Any] = {
     # Short rows off the 16-byte vector boundary (loaded element by element) are packed until a
     # program has this many elements instead; 0: min_elems_per_program (PLAN_TABLE sets it).
     "unaligned_elems_per_program": 0,
+    "unaligned_elems_per_thread": 0,  # ... and this many per thread; 0: elems_per_thread
 }
 
 #: Per-range overrides of :data:`TUNING` that :func:`plan` applies for ``path="auto"``: rows of
@@ -687,6 +688,8 @@ TUNING: dict[str, Any] = {
 #: program: bf16 33 / 77 / 127 / 255 / 1001 at 45 / 47 / 68 / 75 / 77% of copy against 16 /
 #: 18 / 29 / 38 / 66% (1.2-1.8x torch, was 0.45-0.65x below 512); fp32 33 / 77 / 127 at 62 /
 #: 95 / 94% against 32 / 35 / 60%. Aligned short rows already ran at 97-98% and keep 4096.
+#: Odd 16-bit rows of 513-2048 take 32 elements per thread in programs of 2048 (2 warps for
+#: two rows of 1001): bf16 700 / 1001 / 1500 at 76 / 85 / 89% of copy against 74 / 80 / 70%.
 PLAN_TABLE: list[tuple[int, int, int, dict[str, Any]]] = [
     (4, 0, 96, dict(unaligned_elems_per_program=512)),
     (4, 96, 2048, dict(unaligned_elems_per_program=1024)),
@@ -697,7 +700,8 @@ PLAN_TABLE: list[tuple[int, int, int, dict[str, Any]]] = [
     (2, 0, 72, dict(chip_windows_packed=True, unaligned_elems_per_program=512)),
     (2, 72, 136, dict(unaligned_elems_per_program=512)),
     (2, 136, 256, dict(unaligned_elems_per_program=1024)),
-    (2, 256, 1024, dict(unaligned_elems_per_program=2048)),
+    (2, 256, 512, dict(unaligned_elems_per_program=2048)),
+    (2, 512, 2048, dict(unaligned_elems_per_program=2048, unaligned_elems_per_thread=32)),
     (2, 2048, 4096, dict(chip_chunked=True, chunk_elems_per_thread=128)),
     (2, 4096, 16384, dict(elems_per_thread=64, chip_chunked=True, chunk_elems_per_thread=128)),
     (2, 16384, 24576, dict(chip_chunked=True, chunk_elems_per_thread=128, chip_stages=3)),
@@ -830,6 +834,8 @@ def _launch_plan(x2: torch.Tensor, y2: torch.Tensor, path: str, max_on_chip: int
     if align == 1 and shift == 1 and p.path == "on_chip" and p.rows_per_program > 1 and per_program:
         # Rows loaded element by element: smaller programs (see PLAN_TABLE).
         t = {**t, "min_elems_per_program": per_program}
+        if int(t["unaligned_elems_per_thread"]):
+            t["elems_per_thread"] = int(t["unaligned_elems_per_thread"])
         p = plan(n_cols, path=path, max_on_chip=max_on_chip, tile=tile, tuning=t,
                  itemsize=itemsize)
     if p.path == "split" and path == "auto" and not INTERPRETED:
