@@ -58,10 +58,11 @@ def variants(n: int, itemsize: int) -> list[tuple[str, dict[str, Any]]]:
       rows up to 65.
     * ``split cC wW xP``: long rows split across cooperating programs, chunks of C elements,
       W warps, P programs per SM (P > 1: one program's loads overlap another's reductions and
-      wait). Four 8-warp programs of 8192 per SM is the shipped plan (fp32 everywhere, 16-bit
-      past 65,536). ``... packed``: the chunks exchange (m, d) as one 64-bit word that is its
+      wait). Four 8-warp programs of 8192 per SM with the counter is the default (rows of
+      more than 32 such chunks). ``... packed``: the chunks exchange (m, d) as one 64-bit word that is its
       own ready flag, one store and one read per poll instead of a fence, a count, a poll and
-      a read (unmeasured: for the next GPU run).
+      a read: shipped for fp32 49k-512k (c16384 w8 x2) and 16-bit 49k-256k (c4096 w4 x8 up to
+      128k, c8192 w8 x4 past it).
     """
     out: list[tuple[str, dict[str, Any]]] = []
     if n % (16 // itemsize) and n <= 4096:  # odd short rows: one per program, as a window
@@ -115,8 +116,6 @@ def variants(n: int, itemsize: int) -> list[tuple[str, dict[str, Any]]]:
                         chip_pipelined_block_16bit=1 << 30))))
     if n > 32768:
         for chunk, warps, per_sm in ((8192, 8, 4), (8192, 16, 4), (4096, 4, 8), (4096, 8, 8)):
-            if (chunk, warps, per_sm) == (8192, 8, 4) and itemsize == 4:
-                continue  # the shipped fp32 plan
             out.append((f"split c{chunk} w{warps} x{per_sm}", dict(path="split", tuning=dict(
                 split_chunk=chunk, split_warps=warps, split_programs_per_sm=per_sm))))
         out.append(("split c16384 w8 x2", dict(path="split", tuning=dict(

@@ -15,7 +15,9 @@ Why three kernels (the launcher picks one per call):
 * ``_softmax_split_kernel`` -- compiled GPU only, for rows too long for one program: a row is cut
   into chunks held in registers (as exp(x - m_chunk)) by cooperating programs, which swap their
   partial (m, d) through global memory, merge them, rescale their chunk by one factor, and
-  write. One read + one write again, one exp per element. Programs wait for each other,
+  write. One read + one write again, one exp per element. A chunk's (m, d) travels as one
+  64-bit word that is its own ready flag where a row has at most 32 chunks (one store, and
+  one read per poll), through two words and a counter beyond. Programs wait for each other,
   so the grid is persistent (never more programs than fit on the GPU at once) and the wait is
   bounded: a wait that times out writes NaN instead of hanging. The interpreter runs programs one
   after another, so it never takes this path.
@@ -631,9 +633,8 @@ TUNING: dict[str, Any] = {
     "chip_pipelined_stages": 3,
     "stream_tile": 8192,
     "stream_warps": 16,
-    # Long rows on the GPU: fp32 split across programs (1 read); 16-bit rows up to 65,536
-    # streamed (2 reads: as fast there, a 16-bit chunk carrying half the bytes per
-    # synchronisation), split past it (PLAN_TABLE).
+    # Long rows on the GPU: fp32 split across programs (1 read); 16-bit rows streamed (2
+    # reads) by default, split past 49,152 by PLAN_TABLE.
     "split_itemsizes": (4,),
     # Four programs of 8 warps per SM, 8192 elements each: one program's loads overlap the
     # others' reductions and waits (measured on the H200, fp32, medians of 3 runs: 86/84/81% of
@@ -644,7 +645,7 @@ TUNING: dict[str, Any] = {
     "max_spin": 1 << 20,  # ~1 s of polling: far beyond any real wait, short of a hang
     # Split rows exchange (m_c, d_c) as one 64-bit word that is its own ready flag instead of
     # two words and a counter (one store and one read per poll instead of a fence, a count, a
-    # poll and a read). Candidate for the H200 sweep.
+    # poll and a read; see _exchange_packed). PLAN_TABLE turns it on up to 32 chunks a row.
     "split_packed": False,
     # Candidates for the H200 sweep (off by default until measured; bench/softmax.py --tune):
     "chip_chunked": False,  # cover a row by 3 power-of-two chunks when that pads less
@@ -689,7 +690,15 @@ TUNING: dict[str, Any] = {
 #: 18 / 29 / 38 / 66% (1.2-1.8x torch, was 0.45-0.65x below 512); fp32 33 / 77 / 127 at 62 /
 #: 95 / 94% against 32 / 35 / 60%. Aligned short rows already ran at 97-98% and keep 4096.
 #: Odd 16-bit rows of 513-2048 take 32 elements per thread in programs of 2048 (2 warps for
-#: two rows of 1001): bf16 700 / 1001 / 1500 at 76 / 85 / 89% of copy against 74 / 80 / 70%.
+#: two rows of 1001): bf16 700 / 1001 / 1500 at 75 / 84 / 86% of copy against 74 / 80 / 70%
+#: (medians of 3).
+#: Long rows split with the one-word (m, d) exchange, in chunks that give at most 32 a row
+#: (medians of 3, % of copy): fp32 in chunks of 16,384, two 8-warp programs per SM, 87 / 87 /
+#: 86% at 65,536 / 131,072 / 262,144 against 86 / 84 / 82% (chunks of 8192 with the counter);
+#: bf16 in chunks of 4096 (4 warps, 8 programs per SM) up to 131,072, 86% at 65,536 (74%
+#: streamed) and 81% at 131,072 (69%), in chunks of 8192 up to 262,144, 76% (64%). With 64
+#: chunks a row the polls contend (bf16 262,144 in chunks of 4096: 47%), so longer rows keep
+#: the counter.
 PLAN_TABLE: list[tuple[int, int, int, dict[str, Any]]] = [
     (4, 0, 96, dict(unaligned_elems_per_program=512)),
     (4, 96, 2048, dict(unaligned_elems_per_program=1024)),
