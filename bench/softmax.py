@@ -62,7 +62,8 @@ def variants(n: int, itemsize: int) -> list[tuple[str, dict[str, Any]]]:
       more than 32 such chunks). ``... packed``: the chunks exchange (m, d) as one 64-bit word that is its
       own ready flag, one store and one read per poll instead of a fence, a count, a poll and
       a read: shipped for fp32 49k-512k (c16384 w8 x2) and 16-bit 49k-256k (c4096 w4 x8 up to
-      128k, c8192 w8 x4 past it).
+      128k, c8192 w8 x4 past it). ``split static``: the shipped plan with each program tied
+      to one chunk of fixed rows instead of taking chunks from a ticket counter.
     """
     out: list[tuple[str, dict[str, Any]]] = []
     if n % (16 // itemsize) and n <= 4096:  # odd short rows: one per program, as a window
@@ -115,6 +116,8 @@ def variants(n: int, itemsize: int) -> list[tuple[str, dict[str, Any]]]:
                         chip_chunked=True, chunk_elems_per_thread=128, chip_stages=st,
                         chip_pipelined_block_16bit=1 << 30))))
     if n > 32768:
+        # the shipped plan with chunks tied to programs instead of handed out by tickets
+        out.append(("split static", dict(path="auto", tuning=dict(split_tickets=False))))
         for chunk, warps, per_sm in ((8192, 8, 4), (8192, 16, 4), (4096, 4, 8), (4096, 8, 8)):
             out.append((f"split c{chunk} w{warps} x{per_sm}", dict(path="split", tuning=dict(
                 split_chunk=chunk, split_warps=warps, split_programs_per_sm=per_sm))))
@@ -150,6 +153,8 @@ def main() -> None:
     ap.add_argument("--gb", type=float, default=1.5, help="size of x in GB (M = gb / N / size)")
     ap.add_argument("--tune", action="store_true", help="also time launch variants")
     ap.add_argument("--budget-s", type=float, default=1e9, help="stop tuning after this long")
+    ap.add_argument("--only", default="", help="with --tune: only the variants whose name "
+                    "contains one of these comma-separated words (e.g. 'static,packed')")
     ap.add_argument("--check-rows", type=int, default=16)
     args = ap.parse_args()
 
@@ -186,7 +191,10 @@ def main() -> None:
             if liger is not None:
                 cands.append(("liger", lambda: liger(x)))
             if args.tune and time.time() - t0 < args.budget_s:
+                only = [w for w in args.only.split(",") if w]
                 for name, kw in variants(n, itemsize):
+                    if only and not any(w in name for w in only):
+                        continue
                     cands.append((name, (lambda kw=kw: sm.softmax(x, **kw))))
             for name, fn in cands:
                 try:
