@@ -594,7 +594,11 @@ def test_gpu_split_grid_larger_than_the_gpu_holds(packed):
     # 64 programs of 8 warps per SM: far more than run at once. Chunks go to running programs
     # only (tickets), so no wait depends on a program still queued: every row is right (a
     # timed-out wait would write NaN) and the call returns.
-    t = _hard_rows(131072 + 5, torch.float32)
+    n = 131072 + 5  # 17 chunks of 8192: 64 rows are 1088 chunks, twice what runs at once
+    x = gaussian(64, n, scale=4.0, seed=5)
+    x[1, : n // 2] = NEG_INF
+    x[2] = NEG_INF
+    t = make(x, torch.float32)
     tuning = dict(split_programs_per_sm=64, split_packed=packed)
     for fm in ("zeros", "nan"):
         check(t, softmax(t, path="split", fully_masked=fm, tuning=tuning), fm)
