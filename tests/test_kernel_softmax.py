@@ -568,11 +568,10 @@ def _hard_rows(n: int, dtype) -> torch.Tensor:
                                300_000])
 def test_gpu_long_rows_every_path(dtype, n):
     t = _hard_rows(n, dtype)
-    variants = {"split_packed": dict(split_packed=True), "split_static": dict(split_tickets=False)}
-    for path in ("auto", "stream", "split", *variants) if n > 2048 else (
+    for path in ("auto", "stream", "split", "split_packed") if n > 2048 else (
             "auto", "on_chip", "stream"):
-        tuning = variants.get(path)
-        path = "split" if path in variants else path
+        tuning = dict(split_packed=True) if path == "split_packed" else None
+        path = "split" if path == "split_packed" else path
         for fm in ("zeros", "nan"):
             check(t, softmax(t, path=path, fully_masked=fm, tuning=tuning), fm)
 
@@ -584,24 +583,6 @@ def test_gpu_many_rows_split_grid_is_persistent():
     t = make(gaussian(1000, 70_000, seed=13), torch.bfloat16)
     check(t, softmax(t, path="split"))
     check(t, softmax(t, path="split", tuning=dict(split_packed=True)))
-    check(t, softmax(t, path="split", tuning=dict(split_tickets=False)))
-
-
-@gpu
-@requires_cuda
-@pytest.mark.parametrize("packed", [False, True], ids=["counted", "packed"])
-def test_gpu_split_grid_larger_than_the_gpu_holds(packed):
-    # 64 programs of 8 warps per SM: far more than run at once. Chunks go to running programs
-    # only (tickets), so no wait depends on a program still queued: every row is right (a
-    # timed-out wait would write NaN) and the call returns.
-    n = 131072 + 5  # 17 chunks of 8192: 64 rows are 1088 chunks, twice what runs at once
-    x = gaussian(64, n, scale=4.0, seed=5)
-    x[1, : n // 2] = NEG_INF
-    x[2] = NEG_INF
-    t = make(x, torch.float32)
-    tuning = dict(split_programs_per_sm=64, split_packed=packed)
-    for fm in ("zeros", "nan"):
-        check(t, softmax(t, path="split", fully_masked=fm, tuning=tuning), fm)
 
 
 @gpu

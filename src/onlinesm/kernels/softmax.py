@@ -535,7 +535,7 @@ def _exchange_packed(part_ptr, row64, chunk, m_c, d_c, lanes, lane_ok,
 
 @triton.jit(do_not_specialize=SOFTMAX_DO_NOT_SPECIALIZE)
 def _softmax_split_kernel(
-    x_ptr, y_ptr, part_ptr, count_ptr, ticket_ptr, n_rows, n_cols, stride_xm, stride_ym,
+    x_ptr, y_ptr, part_ptr, count_ptr, n_rows, n_cols, stride_xm, stride_ym,
     CHUNK: tl.constexpr,  # elements each program keeps in registers (power of two)
     SPLIT: tl.constexpr,  # programs per row: SPLIT * CHUNK >= n_cols (any count, not padded
     # to a power of two: 151,936 = 19 chunks of 8192, not 32)
@@ -546,9 +546,7 @@ def _softmax_split_kernel(
     SHIFT: tl.constexpr = 1,  # > 1: rows as aligned windows (see _row_window); SPLIT * CHUNK
     # then covers n_cols + SHIFT - 1, and chunk 0 also owns the loose elements at both ends
     PACKED: tl.constexpr = False,  # (m_c, d_c) published as one 64-bit word that is its own
-    # ready flag (part_ptr: int64, filled with -1; count_ptr unused): see _exchange_packed
-    TICKETS: tl.constexpr = True,  # chunks handed out in order by ticket_ptr (see below);
-    # False: program p owns chunk p % SPLIT of a fixed set of rows
+    # ready flag (part_ptr: int64, filled with -1; count_ptr unused): see _publish_packed
 ):
     if ALIGN > 1:
         # The launcher checked that sizes and strides are multiples of ALIGN (one 16-byte
@@ -557,31 +555,23 @@ def _softmax_split_kernel(
         n_cols = n_cols // ALIGN * ALIGN
         stride_xm = stride_xm // ALIGN * ALIGN
         stride_ym = stride_ym // ALIGN * ALIGN
-    # Which chunk a program works on. A chunk waits for the other chunks of its row, so they
-    # must all be held by programs that are running. With TICKETS, a running program takes the
-    # next chunk in row order from a global counter (ticket t: row t // SPLIT, chunk t % SPLIT)
-    # when it is free: only running programs hold chunks, and the lowest unfinished row always
-    # has all its chunks held, so every wait ends, however many programs the GPU runs at once
-    # (fewer than the grid when registers limit it, or when other kernels share the GPU). The
-    # next ticket is taken as soon as a chunk starts, so its round trip overlaps the chunk.
-    # Without TICKETS, program p owns chunk p % SPLIT of the rows group, group + n_groups, ...,
-    # which is only safe if the whole grid runs at once.
+    # Program p owns chunk p % SPLIT of the rows group, group + n_groups, ...: the SPLIT programs
+    # of a group always work on the same row at the same time. The grid is persistent (at most
+    # split_programs_per_sm per SM), so every program a group waits for is running. Where the
+    # registers hold fewer (bf16 windows in chunks of 4096: 72 registers, so 7 programs of 128
+    # threads per SM, not 8), a group's last programs start only when other programs finish:
+    # correct (the waits end; MAX_SPIN is far beyond such a delay) but slower. Handing chunks
+    # out by a ticket counter instead, which makes that impossible, measured 25-76% of copy
+    # against 58-87% on the H200 (one counter for ~1000 programs), so it was not kept.
     pid = tl.program_id(0)
-    n_tickets = n_rows * SPLIT
-    if TICKETS:
-        t = tl.atomic_add(ticket_ptr, 1, sem="relaxed")
-    else:  # the grid is n_groups * SPLIT programs: chunk pid % SPLIT, every n_groups-th row
-        t = pid
+    chunk = pid % SPLIT
+    group = pid // SPLIT
+    n_groups = tl.num_programs(0) // SPLIT
+    cols = chunk * CHUNK + tl.arange(0, CHUNK)
     lanes = tl.arange(0, LANES)
     lane_ok = lanes < SPLIT
-    while t < n_tickets:
-        if TICKETS:
-            t_next = tl.atomic_add(ticket_ptr, 1, sem="relaxed")
-        else:
-            t_next = t + tl.num_programs(0)
-        chunk = t % SPLIT
-        cols = chunk * CHUNK + tl.arange(0, CHUNK)
-        row64 = (t // SPLIT).to(tl.int64)
+    for row in range(group, n_rows, n_groups):
+        row64 = row.to(tl.int64)
         x_base, y_base, first, v_lo, v_hi = _row_window(row64, stride_xm, stride_ym, n_cols, SHIFT)
         col_ok = _in_vectors(cols, v_lo, v_hi, SHIFT)
         # The chunk is read once and stays in registers until it is written.
@@ -629,7 +619,6 @@ def _softmax_split_kernel(
         tl.store(y_ptr + y_base + cols, (x * scale).to(y_ptr.dtype.element_ty), mask=col_ok)
         if SHIFT > 1:
             tl.store(y_ptr + y_base + ke, (xe * scale).to(y_ptr.dtype.element_ty), mask=oke)
-        t = t_next
 
 
 # --------------------------------------------------------------------------------------------
@@ -663,9 +652,6 @@ TUNING: dict[str, Any] = {
     # two words and a counter (one store and one read per poll instead of a fence, a count, a
     # poll and a read; see _exchange_packed). PLAN_TABLE turns it on up to 32 chunks a row.
     "split_packed": False,
-    # Split rows take their chunks from a ticket counter, so a wait never depends on a program
-    # that is not running (see _softmax_split_kernel); False: fixed rows per program.
-    "split_tickets": True,
     # Candidates for the H200 sweep (off by default until measured; bench/softmax.py --tune):
     "chip_chunked": False,  # cover a row by 3 power-of-two chunks when that pads less
     # elements per thread when the row is held as 3 chunks; 0: the same as elems_per_thread
@@ -998,21 +984,20 @@ def softmax(
                 "path='split' needs programs running concurrently on a GPU; the interpreter runs "
                 "them one at a time. Use path='stream' (or 'auto') under TRITON_INTERPRET=1"
             )
-        slots = _sm_count(x.device) * int(t["split_programs_per_sm"])
-        groups = min(n_rows, max(1, slots // p.split))
-        packed, tickets = bool(t["split_packed"]), bool(t["split_tickets"])
-        # The counters: one per row for the counted exchange, then the ticket counter.
-        count = torch.zeros((1 if packed else n_rows + 1,), dtype=torch.int32, device=x.device)
+        slots = max(1, _sm_count(x.device) * int(t["split_programs_per_sm"]) // p.split)
+        groups = min(n_rows, slots)
+        packed = bool(t["split_packed"])
         if packed:  # one word per chunk, -1 until written (see _exchange_packed)
             part = torch.full((n_rows * p.split,), -1, dtype=torch.int64, device=x.device)
+            count = part  # unused
         else:
             part = torch.empty(n_rows * p.split * 2, dtype=torch.float32, device=x.device)
-        grid = min(slots, n_rows * p.split) if tickets else groups * p.split
-        _variant(_softmax_split_kernel, _softmax_split_specialised)[(grid,)](
-            x2, y2, part, count, count[-1:], n_rows, n_cols, x2.stride(0), y2.stride(0),
+            count = torch.zeros(n_rows, dtype=torch.int32, device=x.device)
+        _variant(_softmax_split_kernel, _softmax_split_specialised)[(groups * p.split,)](
+            x2, y2, part, count, n_rows, n_cols, x2.stride(0), y2.stride(0),
             CHUNK=p.block, SPLIT=p.split, LANES=_pow2(p.split), NAN_IF_EMPTY=nan_if_empty,
             MAX_SPIN=int(t["max_spin"]), ALIGN=align, SHIFT=shift, PACKED=packed,
-            TICKETS=tickets, num_warps=p.num_warps,
+            num_warps=p.num_warps,
         )
     return y2.reshape(x.shape)
 
