@@ -585,6 +585,30 @@ def test_gpu_many_rows_split_grid_is_persistent():
     check(t, softmax(t, path="split", tuning=dict(split_packed=True)))
 
 
+def test_split_programs_per_sm_follow_the_registers():
+    fit = sm._programs_that_fit
+    assert fit(8, 72, 4) == 7  # 72 x 128 threads x 8 > 65,536 registers: one fewer
+    assert fit(8, 64, 4) == 8
+    assert fit(8, 65, 4) == 7  # allocated 8 at a time: 65 costs 72
+    assert fit(4, 40, 8) == 4  # never more than asked
+    assert fit(8, 32, 4, warps_per_sm=16) == 4  # warps bind first
+    assert fit(8, 255, 32) == 1  # at least one
+    assert fit(8, 0, 4) == 8  # registers unknown: as asked
+
+
+@gpu
+@requires_cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_gpu_split_grid_sized_by_registers(dtype):
+    # The second launch takes its grid from the first one's compiled registers.
+    sm._SPLIT_FIT.clear()
+    t = _hard_rows(50257, dtype)
+    for _ in range(2):
+        check(t, softmax(t, tuning=dict(split_fit_registers=True)))
+    assert len(sm._SPLIT_FIT) == 1
+    assert 1 <= next(iter(sm._SPLIT_FIT.values())) <= 8
+
+
 @gpu
 @requires_cuda
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)

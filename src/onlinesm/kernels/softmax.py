@@ -652,6 +652,11 @@ TUNING: dict[str, Any] = {
     # two words and a counter (one store and one read per poll instead of a fence, a count, a
     # poll and a read; see _exchange_packed). PLAN_TABLE turns it on up to 32 chunks a row.
     "split_packed": False,
+    # Size the split grid by what the compiled kernel's registers let an SM hold (known after
+    # its first launch) instead of split_programs_per_sm alone: bf16 windows in chunks of 4096
+    # take 72 registers, 7 programs per SM where the grid counts 8, and the last groups wait
+    # for programs that start late. Candidate for the next H200 run (bench --tune: split fit).
+    "split_fit_registers": False,
     # Candidates for the H200 sweep (off by default until measured; bench/softmax.py --tune):
     "chip_chunked": False,  # cover a row by 3 power-of-two chunks when that pads less
     # elements per thread when the row is held as 3 chunks; 0: the same as elems_per_thread
@@ -984,7 +989,13 @@ def softmax(
                 "path='split' needs programs running concurrently on a GPU; the interpreter runs "
                 "them one at a time. Use path='stream' (or 'auto') under TRITON_INTERPRET=1"
             )
-        slots = max(1, _sm_count(x.device) * int(t["split_programs_per_sm"]) // p.split)
+        per_sm = int(t["split_programs_per_sm"])
+        fit = bool(t["split_fit_registers"])
+        key = (x.device, x.dtype, p.block, p.split, p.num_warps, align, shift,
+               bool(t["split_packed"]), nan_if_empty, configs_pinned())
+        if fit:  # as many as the last launch's registers let an SM hold
+            per_sm = _SPLIT_FIT.get(key, per_sm)
+        slots = max(1, _sm_count(x.device) * per_sm // p.split)
         groups = min(n_rows, slots)
         packed = bool(t["split_packed"])
         if packed:  # one word per chunk, -1 until written (see _exchange_packed)
@@ -993,13 +1004,42 @@ def softmax(
         else:
             part = torch.empty(n_rows * p.split * 2, dtype=torch.float32, device=x.device)
             count = torch.zeros(n_rows, dtype=torch.int32, device=x.device)
-        _variant(_softmax_split_kernel, _softmax_split_specialised)[(groups * p.split,)](
+        compiled = _variant(_softmax_split_kernel, _softmax_split_specialised)[(groups * p.split,)](
             x2, y2, part, count, n_rows, n_cols, x2.stride(0), y2.stride(0),
             CHUNK=p.block, SPLIT=p.split, LANES=_pow2(p.split), NAN_IF_EMPTY=nan_if_empty,
             MAX_SPIN=int(t["max_spin"]), ALIGN=align, SHIFT=shift, PACKED=packed,
             num_warps=p.num_warps,
         )
+        if fit:
+            props = torch.cuda.get_device_properties(x.device)
+            _SPLIT_FIT[key] = _programs_that_fit(
+                int(t["split_programs_per_sm"]), int(getattr(compiled, "n_regs", 0) or 0),
+                p.num_warps, int(getattr(props, "regs_per_multiprocessor", 65536)),
+                int(getattr(props, "max_threads_per_multi_processor", 2048)) // 32)
     return y2.reshape(x.shape)
+
+
+#: Programs per SM for split launches, by launch (device, dtype, chunk, split, warps, ALIGN,
+#: SHIFT, exchange, fully-masked convention, check mode), from the registers of the kernel the
+#: last such launch compiled (with TUNING["split_fit_registers"]).
+_SPLIT_FIT: dict[tuple[Any, ...], int] = {}
+
+
+def _programs_that_fit(wanted: int, n_regs: int, num_warps: int, regs_per_sm: int = 65536,
+                       warps_per_sm: int = 64) -> int:
+    """How many programs of ``num_warps`` warps at ``n_regs`` registers per thread an SM holds
+    at once, at most ``wanted`` (``n_regs`` 0, unknown: ``wanted``). Registers are allocated
+    per warp in blocks of 256 (8 per thread). The split kernel's few KB of shared memory never
+    bind first, so they are not counted.
+
+    >>> _programs_that_fit(8, 72, 4), _programs_that_fit(8, 64, 4), _programs_that_fit(2, 96, 8)
+    (7, 8, 2)
+    """
+    if n_regs <= 0:
+        return wanted
+    per_warp = -(-n_regs // 8) * 8 * 32
+    fit = min(regs_per_sm // (per_warp * num_warps), warps_per_sm // num_warps, 32)
+    return max(1, min(wanted, fit))
 
 
 #: The same on-chip and split kernels with every integer specialised (Triton's default): the
