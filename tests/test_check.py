@@ -170,6 +170,30 @@ def test_a_kernel_failing_on_the_simplest_input_is_a_usage_error() -> None:
         check_softmax(broken, **FAST)
 
 
+def test_a_kernel_for_some_dtypes_only_is_told_how_to_check_those() -> None:
+    # A 16-bit-only kernel under the default dtypes (float32 first): the error names the dtypes
+    # it runs on and the refusal to declare, and that refusal then makes float32 n/a.
+    def half_only(x):
+        if x.dtype == torch.float32:
+            raise TypeError("only 16-bit (got x.dtype=float32)")
+        return torch.softmax(x.float(), -1).to(x.dtype)
+
+    with pytest.raises(UsageError) as err:
+        check_softmax(half_only, dtypes=("float32", "bfloat16", "float16"), **FAST)
+    msg = str(err.value)
+    assert "it runs on bfloat16,float16: check only those with --dtypes bfloat16,float16" in msg
+    refusal = msg.split("--unsupported '")[1].split("'")[0]
+    assert refusal == r"TypeError:only 16-bit \(got x\.dtype=float32\)"
+    r = check_softmax(half_only, dtypes=("float32", "bfloat16"), unsupported=[refusal],
+                      fully_masked="nan", **FAST)
+    assert r.passed, r.report()
+    assert all(o.status == "na" for o in r.outcomes if o.dtype == "float32")
+    # a kernel broken on every dtype gets no such hint
+    with pytest.raises(UsageError) as err:
+        check_softmax(lambda x: 1 / 0, dtypes=("float32", "bfloat16"), **FAST)
+    assert "it runs on" not in str(err.value)
+
+
 def test_wrong_shape_and_wrong_type_are_usage_errors_on_the_first_input() -> None:
     with pytest.raises(UsageError, match=r"shape \[1\], expected \[1, 4\]"):
         check_softmax(lambda x: x[0, :1], **FAST)

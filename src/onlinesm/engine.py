@@ -136,10 +136,39 @@ def first_call(kernel: Kernel, op: str, domain: Domain) -> None:
     except KernelError as err:
         if err.kind in _TESTABLE or err.kind == "refused":
             return  # it runs (the properties report the breach) or refuses: both testable
-        raise UsageError(f"nothing could be tested: {err}") from None
+        raise UsageError(f"nothing could be tested: {err}"
+                         + _other_dtypes_hint(kernel, op, domain, err)) from None
     if not np.all(np.isfinite(out.astype(np.float64))):
         raise UsageError(f"nothing could be tested: {kernel.name} returned non-finite values for "
                          f"{what}")
+
+
+def _other_dtypes_hint(kernel: Kernel, op: str, domain: Domain, err: KernelError) -> str:
+    """When the kernel raised on the first dtype but runs on others (a kernel for 16-bit inputs
+    only, checked with the default dtypes): the two ways to check it, as a sentence to append.
+
+    Never skips the dtype on its own: a kernel that crashes on an input it should take has a bug.
+    """
+    if err.kind != "raised" or len(domain.dtypes) < 2:
+        return ""
+    runs = []
+    for dtype in domain.dtypes[1:]:
+        inp = simplest_input(op, dataclasses.replace(domain, dtypes=(dtype,)))
+        try:
+            kernel.softmax(inp) if op == "softmax" else kernel.attention(inp)
+        except KernelError:
+            continue
+        runs.append(resolve(dtype).name)
+    if not runs:
+        return ""
+    names = ",".join(runs)
+    # "raised TypeError: only 16-bit" -> the refusal TypeError:only 16-bit
+    etype, _, message = str(getattr(err, "detail", "")).removeprefix("raised ").partition(": ")
+    pattern = re.sub(r"([.^$*+?{}\[\]|()\\])", r"\\\1", message[:60])  # metacharacters only
+    refusal = f"{etype}:{pattern}" if etype else "ExceptionType:regex"
+    return (f"; it runs on {names}: check only those with --dtypes {names} (dtypes= in the "
+            f"API), or declare the refusal with --unsupported '{refusal}' (unsupported= in the "
+            "API) so that other dtypes count it as refused, not as a failure")
 
 
 def _check_keywords(fn: Callable[..., Any], domain: Domain) -> None:
