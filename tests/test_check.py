@@ -313,3 +313,38 @@ def test_pytest_plugin_runs_a_suite_in_a_users_test_file(tmp_path) -> None:
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "1 failed, 1 passed" in proc.stdout
     assert "FAILED accuracy [float32]" in proc.stdout
+
+
+def test_an_input_with_nothing_to_check_is_untested_not_a_pass() -> None:
+    # Each property given an input where it has nothing to check says so (Untested), so that
+    # `pass (N)` counts only examples that tested something; and shift invariance finds an
+    # exact shift per row, so a batch mixing huge and ordinary rows is still tested.
+    from onlinesm.declarations import Conventions
+    from onlinesm.harness import Kernel
+    from onlinesm.properties import SOFTMAX_PROPERTIES, PropertyFailure, Untested
+
+    calls = []
+
+    def softmax_np(x):
+        calls.append(x.shape)
+        return reference.softmax_offline(x)
+
+    k, conv = Kernel(softmax_np, op="softmax", backend="numpy"), Conventions()
+    plain = np.array([[0.5, 1.0, 2.0]], dtype=np.float32)  # no -inf, no special row, one row
+    for name in ("masked_zero", "fully_masked", "row_independence"):
+        with pytest.raises(Untested):
+            SOFTMAX_PROPERTIES[name](k, plain, conv)
+    with pytest.raises(Untested):
+        SOFTMAX_PROPERTIES["deterministic"](k, plain, Conventions(deterministic=False))
+    mixed = np.array([[-4.6e32, -4.7e32], [0.5, 1.0]], dtype=np.float32)  # no common shift
+    calls.clear()
+    SOFTMAX_PROPERTIES["shift_invariance"](k, mixed, conv)
+    assert calls == [(2, 2), (2, 2)]  # both rows, each shifted by its own exact c
+
+    def shift_breaks(x):  # right for the row [0.5, 1], wrong once it is shifted (by 1)
+        y = reference.softmax_offline(x)
+        return np.where(x.max(axis=-1, keepdims=True) > 1.2, np.float32(0.5), y)
+
+    with pytest.raises(PropertyFailure, match="one exact shift per row|softmax\\(x \\+"):
+        SOFTMAX_PROPERTIES["shift_invariance"](Kernel(shift_breaks, op="softmax", backend="numpy"),
+                                               mixed[1:], conv)
