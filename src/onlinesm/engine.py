@@ -125,6 +125,11 @@ def simplest_input(op: str, domain: Domain) -> Any:
     return AttentionInputs(q, k, v)
 
 
+def _call(kernel: Kernel, op: str, inp: Any) -> np.ndarray:
+    """The kernel's output for one input: y (softmax) or o (attention)."""
+    return kernel.softmax(inp) if op == "softmax" else kernel.attention(inp)[0]
+
+
 def first_call(kernel: Kernel, op: str, domain: Domain) -> None:
     """Call the kernel on :func:`simplest_input`; UsageError when nothing could be tested."""
     inp = simplest_input(op, domain)
@@ -132,7 +137,7 @@ def first_call(kernel: Kernel, op: str, domain: Domain) -> None:
             + (f"shape {list(inp.shape)})" if op == "softmax" else
                f"q, k, v of shape {list(inp.q.shape)}, {list(inp.k.shape)})"))
     try:
-        out = kernel.softmax(inp) if op == "softmax" else kernel.attention(inp)[0]
+        out = _call(kernel, op, inp)
     except KernelError as err:
         if err.kind in _TESTABLE or err.kind == "refused":
             return  # it runs (the properties report the breach) or refuses: both testable
@@ -153,9 +158,8 @@ def _other_dtypes_hint(kernel: Kernel, op: str, domain: Domain, err: KernelError
         return ""
     runs = []
     for dtype in domain.dtypes[1:]:
-        inp = simplest_input(op, dataclasses.replace(domain, dtypes=(dtype,)))
         try:
-            kernel.softmax(inp) if op == "softmax" else kernel.attention(inp)
+            _call(kernel, op, simplest_input(op, dataclasses.replace(domain, dtypes=(dtype,))))
         except KernelError:
             continue
         runs.append(resolve(dtype).name)

@@ -546,7 +546,7 @@ def _softmax_split_kernel(
     SHIFT: tl.constexpr = 1,  # > 1: rows as aligned windows (see _row_window); SPLIT * CHUNK
     # then covers n_cols + SHIFT - 1, and chunk 0 also owns the loose elements at both ends
     PACKED: tl.constexpr = False,  # (m_c, d_c) published as one 64-bit word that is its own
-    # ready flag (part_ptr: int64, filled with -1; count_ptr unused): see _publish_packed
+    # ready flag (part_ptr: int64, filled with -1; count_ptr unused): see _exchange_packed
 ):
     if ALIGN > 1:
         # The launcher checked that sizes and strides are multiples of ALIGN (one 16-byte
@@ -989,15 +989,14 @@ def softmax(
                 "path='split' needs programs running concurrently on a GPU; the interpreter runs "
                 "them one at a time. Use path='stream' (or 'auto') under TRITON_INTERPRET=1"
             )
-        per_sm = int(t["split_programs_per_sm"])
-        fit = bool(t["split_fit_registers"])
-        key = (x.device, x.dtype, p.block, p.split, p.num_warps, align, shift,
-               bool(t["split_packed"]), nan_if_empty, configs_pinned())
-        if fit:  # as many as the last launch's registers let an SM hold
-            per_sm = _SPLIT_FIT.get(key, per_sm)
+        wanted = int(t["split_programs_per_sm"])
+        packed, fit = bool(t["split_packed"]), bool(t["split_fit_registers"])
+        key = (x.device, x.dtype, p.block, p.split, p.num_warps, align, shift, packed,
+               nan_if_empty, configs_pinned()) if fit else None
+        # as many as the last such launch's registers let an SM hold, with split_fit_registers
+        per_sm = _SPLIT_FIT.get(key, wanted) if fit else wanted
         slots = max(1, _sm_count(x.device) * per_sm // p.split)
         groups = min(n_rows, slots)
-        packed = bool(t["split_packed"])
         if packed:  # one word per chunk, -1 until written (see _exchange_packed)
             part = torch.full((n_rows * p.split,), -1, dtype=torch.int64, device=x.device)
             count = part  # unused
@@ -1013,7 +1012,7 @@ def softmax(
         if fit:
             props = torch.cuda.get_device_properties(x.device)
             _SPLIT_FIT[key] = _programs_that_fit(
-                int(t["split_programs_per_sm"]), int(getattr(compiled, "n_regs", 0) or 0),
+                wanted, int(getattr(compiled, "n_regs", 0) or 0),
                 p.num_warps, int(getattr(props, "regs_per_multiprocessor", 65536)),
                 int(getattr(props, "max_threads_per_multi_processor", 2048)) // 32)
     return y2.reshape(x.shape)
