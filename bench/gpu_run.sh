@@ -13,7 +13,8 @@
 #         kernels: the kernel test files compiled on the GPU (SOFTMAX_TESTS: a -k filter), each
 #         attention variant too;
 #         attention: bench/attention.py with ATTN_ARGS (e.g. --tiles to time pinned configs);
-#         ncu: Nsight Compute on the launches that miss their speed targets (bench/ncu_targets.py).
+#         ncu: Nsight Compute on the launches that miss their speed targets (bench/ncu_targets.py;
+#         NCU_CASES: an extended regex of the cases to run, all by default).
 # A run longer than one call's limit goes through bench/gpu_background.sh.
 # The machine has torch and triton but not onlinesm: it runs from src/ (with strategies/
 # linked in as onlinesm.strategies); wheels under .whl/ (Liger) are installed first.
@@ -79,12 +80,12 @@ for phase in "$@"; do
         echo "== attention kernel tests ($variant): rc=$? $((SECONDS - start)) s"; tail -2 "$OUT/kernels_attention_$variant.log"
       done ;;
     ncu)
-      python3 bench/ncu_targets.py --list | while read -r case regex; do
+      python3 bench/ncu_targets.py --list | grep -E "^(${NCU_CASES:-.*}) " | while read -r case regex; do
         timeout 240 ncu --clock-control none -k "regex:$regex" --launch-skip 2 --launch-count 1 \
           --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
           --section MemoryWorkloadAnalysis python3 bench/ncu_targets.py "$case" > "$OUT/ncu_$case.txt" 2>&1
         echo "== ncu $case: rc=$? $((SECONDS - start)) s"
-        grep -a -E "Memory Throughput|DRAM Throughput|Compute \(SM\) Throughput|Achieved Occupancy|Theoretical Occupancy|Registers Per Thread|Duration|Warp Cycles Per Issued|Stall" "$OUT/ncu_$case.txt" | head -14
+        grep -a -E "Memory Throughput|DRAM Throughput|Compute \(SM\) Throughput|Achieved Occupancy|Theoretical Occupancy|Registers Per Thread|Block Limit Registers|L2 Hit Rate|Duration|Warp Cycles Per Issued|Stall" "$OUT/ncu_$case.txt" | head -18
         start=$SECONDS
       done ;;
     attention)

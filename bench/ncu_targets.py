@@ -24,7 +24,11 @@ from typing import Any, Callable
 #: case -> (description, ncu kernel-name regex)
 CASES: dict[str, tuple[str, str]] = {
     "softmax_bf16_12288": ("softmax, bf16, 20,345 rows x 12,288 (81% of copy)", "softmax"),
-    "softmax_bf16_65536": ("softmax, bf16, 3,814 rows x 65,536 (74% of copy)", "softmax"),
+    "softmax_bf16_50257": ("softmax, bf16, 4,974 rows x 50,257 (57% of copy, windowed split)",
+                           "softmax"),
+    "softmax_bf16_65536": ("softmax, bf16, 3,814 rows x 65,536 (86% of copy, split)", "softmax"),
+    "softmax_bf16_131072": ("softmax, bf16, 1,907 rows x 131,072 (81% of copy, split)", "softmax"),
+    "softmax_bf16_262144": ("softmax, bf16, 953 rows x 262,144 (76% of copy, split)", "softmax"),
     "attention_bf16_d128_s4096": ("attention forward, bf16, B=4 H=16 S=4096 D=128, not causal "
                                   "(0.72 of cuDNN)", "attn"),
 }
