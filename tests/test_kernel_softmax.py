@@ -596,6 +596,31 @@ def test_split_programs_per_sm_follow_the_registers():
     assert fit(8, 0, 4) == 8  # registers unknown: as asked
 
 
+def test_split_register_cap_lets_the_planned_programs_share_an_sm():
+    cap = sm._register_cap
+    assert cap(2, 8) == 128  # fp32 chunks of 16,384: two 8-warp programs, 65,536 registers
+    assert cap(8, 4) == 64
+    assert cap(3, 4) == 168  # 65,536 / 384 = 170.7, allocated 8 at a time
+    assert cap(1, 1) == 255  # the hardware's most
+    for programs, warps in ((2, 8), (3, 4), (7, 4), (4, 8)):  # the cap always fits them
+        assert sm._programs_that_fit(programs, cap(programs, warps), warps) == programs
+
+
+@gpu
+@requires_cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("knobs", [dict(split_backoff_ns=256), dict(split_cap_registers=True),
+                                   dict(split_backoff_ns=64, split_packed=False)], ids=str)
+def test_gpu_split_candidates_stay_correct(dtype, knobs):
+    # Polls that sleep, and registers capped (fp32 windows spill), give the same softmax.
+    for n in (50257, 65536, 100001):
+        t = _hard_rows(n, dtype)
+        for fm in ("zeros", "nan"):
+            check(t, softmax(t, fully_masked=fm, tuning=knobs), fm)
+    t = make(gaussian(600, 65_537, seed=3), dtype)  # groups loop over rows, waits overlap
+    check(t, softmax(t, tuning=knobs))
+
+
 @gpu
 @requires_cuda
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)

@@ -481,8 +481,17 @@ def _softmax_stream_kernel(
 # Kernel 3 (compiled GPU only): a long row split across SPLIT cooperating programs.
 # --------------------------------------------------------------------------------------------
 @triton.jit
+def _sleep(ns):
+    """Let the SM's other programs issue for about ``ns`` nanoseconds (PTX ``nanosleep``): a
+    poll that failed waits before the next one, so that the polls of ~1000 programs do not
+    keep L2 busy with reads that find nothing new."""
+    return tl.inline_asm_elementwise("nanosleep.u32 $1;\n\tmov.u32 $0, 0;", "=r,r", [ns],
+                                     dtype=tl.int32, is_pure=False, pack=1)
+
+
+@triton.jit
 def _exchange_counted(part_ptr, count_ptr, row64, chunk, m_c, d_c, lanes, lane_ok,
-                      SPLIT: tl.constexpr, MAX_SPIN: tl.constexpr):
+                      SPLIT: tl.constexpr, MAX_SPIN: tl.constexpr, BACKOFF: tl.constexpr = 0):
     """Publish this chunk's (m_c, d_c) and wait for the row's SPLIT states, through a counter:
     (ms, ds) over lanes, and how many chunks were seen (SPLIT unless the wait timed out)."""
     # Publish (m_c, d_c), then count this chunk in. The release orders the two writes before
@@ -495,6 +504,8 @@ def _exchange_counted(part_ptr, count_ptr, row64, chunk, m_c, d_c, lanes, lane_o
     seen = tl.atomic_add(count_ptr + row64, 0, sem="acquire")
     spins = 0
     while (seen < SPLIT) & (spins < MAX_SPIN):
+        if BACKOFF > 0:
+            spins += _sleep(spins * 0 + BACKOFF)
         seen = tl.atomic_add(count_ptr + row64, 0, sem="acquire")
         spins += 1
     # Read all partial states (atomic reads: served by L2, where the writes went).
@@ -506,7 +517,7 @@ def _exchange_counted(part_ptr, count_ptr, row64, chunk, m_c, d_c, lanes, lane_o
 
 @triton.jit
 def _exchange_packed(part_ptr, row64, chunk, m_c, d_c, lanes, lane_ok,
-                     SPLIT: tl.constexpr, MAX_SPIN: tl.constexpr):
+                     SPLIT: tl.constexpr, MAX_SPIN: tl.constexpr, BACKOFF: tl.constexpr = 0):
     """As _exchange_counted, with (m_c, d_c) as one 64-bit word (m_c's bits high, d_c's low)
     that is its own ready flag: the slots start at -1 (all bits set), a pattern no (m, d)
     has (a NaN the hardware makes is positive: 0x7fffffff), so a poll that sees every slot
@@ -525,6 +536,8 @@ def _exchange_packed(part_ptr, row64, chunk, m_c, d_c, lanes, lane_ok,
     seen = tl.sum(((words != -1) & lane_ok).to(tl.int32), axis=0)
     spins = 0
     while (seen < SPLIT) & (spins < MAX_SPIN):
+        if BACKOFF > 0:
+            spins += _sleep(spins * 0 + BACKOFF)
         words = tl.atomic_add(slots, 0, mask=lane_ok, sem="relaxed")
         seen = tl.sum(((words != -1) & lane_ok).to(tl.int32), axis=0)
         spins += 1
@@ -547,6 +560,7 @@ def _softmax_split_kernel(
     # then covers n_cols + SHIFT - 1, and chunk 0 also owns the loose elements at both ends
     PACKED: tl.constexpr = False,  # (m_c, d_c) published as one 64-bit word that is its own
     # ready flag (part_ptr: int64, filled with -1; count_ptr unused): see _exchange_packed
+    BACKOFF: tl.constexpr = 0,  # > 0: nanoseconds a failed poll sleeps before the next
 ):
     if ALIGN > 1:
         # The launcher checked that sizes and strides are multiples of ALIGN (one 16-byte
@@ -599,10 +613,10 @@ def _softmax_split_kernel(
             d_c += tl.sum(xe, axis=0)
         if PACKED:
             ms, ds, seen = _exchange_packed(part_ptr, row64, chunk, m_c, d_c, lanes, lane_ok,
-                                            SPLIT, MAX_SPIN)
+                                            SPLIT, MAX_SPIN, BACKOFF)
         else:
             ms, ds, seen = _exchange_counted(part_ptr, count_ptr, row64, chunk, m_c, d_c,
-                                             lanes, lane_ok, SPLIT, MAX_SPIN)
+                                             lanes, lane_ok, SPLIT, MAX_SPIN, BACKOFF)
         # Merge:  m = max_c m_c,   d = sum_c d_c * exp(m_c - m).
         ms = tl.where(lane_ok, ms, NEG_INF)  # lanes past SPLIT: no chunk, nothing to merge
         ds = tl.where(lane_ok, ds, 0.0)
@@ -655,8 +669,15 @@ TUNING: dict[str, Any] = {
     # Size the split grid by what the compiled kernel's registers let an SM hold (known after
     # its first launch) instead of split_programs_per_sm alone: bf16 windows in chunks of 4096
     # take 72 registers, 7 programs per SM where the grid counts 8, and the last groups wait
-    # for programs that start late. Candidate for the next H200 run (bench --tune: split fit).
-    "split_fit_registers": False,
+    # for programs that start late (H200: bf16 50,257 78% of copy against 59%, fp32 100,001
+    # 60% against 48%, the rest unchanged).
+    "split_fit_registers": True,
+    # Candidates for the H200 sweep (bench/softmax.py --tune: split cap, split backoff):
+    # compile the split kernel with a register cap that lets split_programs_per_sm programs
+    # share an SM (fp32 windows in chunks of 16,384 take 152 registers, so one program per SM
+    # where the plan wants two; capped at 128 they spill 60 bytes)
+    "split_cap_registers": False,
+    "split_backoff_ns": 0,  # a failed poll sleeps this long before the next (0: polls at once)
     # Candidates for the H200 sweep (off by default until measured; bench/softmax.py --tune):
     "chip_chunked": False,  # cover a row by 3 power-of-two chunks when that pads less
     # elements per thread when the row is held as 3 chunks; 0: the same as elems_per_thread
@@ -991,8 +1012,10 @@ def softmax(
             )
         wanted = int(t["split_programs_per_sm"])
         packed, fit = bool(t["split_packed"]), bool(t["split_fit_registers"])
+        backoff = int(t["split_backoff_ns"])
+        cap = {"maxnreg": _register_cap(wanted, p.num_warps)} if t["split_cap_registers"] else {}
         key = (x.device, x.dtype, p.block, p.split, p.num_warps, align, shift, packed,
-               nan_if_empty, configs_pinned()) if fit else None
+               nan_if_empty, configs_pinned(), backoff, str(cap)) if fit else None
         # as many as the last such launch's registers let an SM hold, with split_fit_registers
         per_sm = _SPLIT_FIT.get(key, wanted) if fit else wanted
         slots = max(1, _sm_count(x.device) * per_sm // p.split)
@@ -1007,7 +1030,7 @@ def softmax(
             x2, y2, part, count, n_rows, n_cols, x2.stride(0), y2.stride(0),
             CHUNK=p.block, SPLIT=p.split, LANES=_pow2(p.split), NAN_IF_EMPTY=nan_if_empty,
             MAX_SPIN=int(t["max_spin"]), ALIGN=align, SHIFT=shift, PACKED=packed,
-            num_warps=p.num_warps,
+            BACKOFF=backoff, num_warps=p.num_warps, **cap,
         )
         if fit:
             props = torch.cuda.get_device_properties(x.device)
@@ -1039,6 +1062,16 @@ def _programs_that_fit(wanted: int, n_regs: int, num_warps: int, regs_per_sm: in
     per_warp = -(-n_regs // 8) * 8 * 32
     fit = min(regs_per_sm // (per_warp * num_warps), warps_per_sm // num_warps, 32)
     return max(1, min(wanted, fit))
+
+
+def _register_cap(programs: int, num_warps: int, regs_per_sm: int = 65536) -> int:
+    """The most registers per thread (a multiple of 8, at most 255) that still let ``programs``
+    programs of ``num_warps`` warps share an SM: the ``maxnreg`` of a capped split launch.
+
+    >>> _register_cap(2, 8), _register_cap(8, 4), _register_cap(1, 4)
+    (128, 64, 255)
+    """
+    return min(255, regs_per_sm // (programs * num_warps * 32) // 8 * 8)
 
 
 #: The same on-chip and split kernels with every integer specialised (Triton's default): the
