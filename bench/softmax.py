@@ -62,12 +62,11 @@ def variants(n: int, itemsize: int) -> list[tuple[str, dict[str, Any]]]:
       more than 32 such chunks). ``... packed``: the chunks exchange (m, d) as one 64-bit word that is its
       own ready flag, one store and one read per poll instead of a fence, a count, a poll and
       a read: shipped for fp32 49k-512k (c16384 w8 x2) and 16-bit 49k-256k (c4096 w4 x8 up to
-      128k, c8192 w8 x4 past it). The shipped plan sizes the grid by what the compiled
-      kernel's registers let an SM hold. ``split cap``: the shipped plan compiled with a
-      register cap that lets its programs per SM fit (fp32 windows take 152 registers, one
-      program per SM where the plan wants two); ``split backoff N``: a failed poll sleeps N ns
-      before the next (~1000 programs polling keep L2 busy); ``split x9``: 9 programs per SM
-      where the registers allow it (bf16 chunks of 4096 take 56).
+      128k, c8192 w8 x4 past it). The shipped plan compiles the split kernel with a register
+      cap that lets its programs per SM fit and sizes the grid by the registers it got;
+      ``split uncapped``: without the cap (fp32 windows take 152 registers, one program per
+      SM where the plan wants two); ``split x9``: 9 programs per SM where the registers allow
+      it (bf16 chunks of 4096 take 56).
     """
     out: list[tuple[str, dict[str, Any]]] = []
     if n % (16 // itemsize) and n <= 4096:  # odd short rows: one per program, as a window
@@ -120,13 +119,8 @@ def variants(n: int, itemsize: int) -> list[tuple[str, dict[str, Any]]]:
                         chip_chunked=True, chunk_elems_per_thread=128, chip_stages=st,
                         chip_pipelined_block_16bit=1 << 30))))
     if n > 32768:
-        # the shipped plan with a register cap, with polls that back off, with 9 per SM
-        out.append(("split cap", dict(path="auto", tuning=dict(split_cap_registers=True))))
-        for ns in (64, 256, 1024):
-            out.append((f"split backoff {ns}", dict(path="auto", tuning=dict(
-                split_backoff_ns=ns))))
-        out.append(("split cap backoff 256", dict(path="auto", tuning=dict(
-            split_cap_registers=True, split_backoff_ns=256))))
+        # the shipped plan without its register cap, and with 9 programs per SM
+        out.append(("split uncapped", dict(path="auto", tuning=dict(split_cap_registers=False))))
         out.append(("split x9", dict(path="auto", tuning=dict(split_programs_per_sm=9))))
         for chunk, warps, per_sm in ((8192, 8, 4), (8192, 16, 4), (4096, 4, 8), (4096, 8, 8)):
             out.append((f"split c{chunk} w{warps} x{per_sm}", dict(path="split", tuning=dict(

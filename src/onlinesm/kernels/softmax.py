@@ -481,17 +481,8 @@ def _softmax_stream_kernel(
 # Kernel 3 (compiled GPU only): a long row split across SPLIT cooperating programs.
 # --------------------------------------------------------------------------------------------
 @triton.jit
-def _sleep(ns):
-    """Let the SM's other programs issue for about ``ns`` nanoseconds (PTX ``nanosleep``): a
-    poll that failed waits before the next one, so that the polls of ~1000 programs do not
-    keep L2 busy with reads that find nothing new."""
-    return tl.inline_asm_elementwise("nanosleep.u32 $1;\n\tmov.u32 $0, 0;", "=r,r", [ns],
-                                     dtype=tl.int32, is_pure=False, pack=1)
-
-
-@triton.jit
 def _exchange_counted(part_ptr, count_ptr, row64, chunk, m_c, d_c, lanes, lane_ok,
-                      SPLIT: tl.constexpr, MAX_SPIN: tl.constexpr, BACKOFF: tl.constexpr = 0):
+                      SPLIT: tl.constexpr, MAX_SPIN: tl.constexpr):
     """Publish this chunk's (m_c, d_c) and wait for the row's SPLIT states, through a counter:
     (ms, ds) over lanes, and how many chunks were seen (SPLIT unless the wait timed out)."""
     # Publish (m_c, d_c), then count this chunk in. The release orders the two writes before
@@ -504,8 +495,6 @@ def _exchange_counted(part_ptr, count_ptr, row64, chunk, m_c, d_c, lanes, lane_o
     seen = tl.atomic_add(count_ptr + row64, 0, sem="acquire")
     spins = 0
     while (seen < SPLIT) & (spins < MAX_SPIN):
-        if BACKOFF > 0:
-            spins += _sleep(spins * 0 + BACKOFF)
         seen = tl.atomic_add(count_ptr + row64, 0, sem="acquire")
         spins += 1
     # Read all partial states (atomic reads: served by L2, where the writes went).
@@ -517,7 +506,7 @@ def _exchange_counted(part_ptr, count_ptr, row64, chunk, m_c, d_c, lanes, lane_o
 
 @triton.jit
 def _exchange_packed(part_ptr, row64, chunk, m_c, d_c, lanes, lane_ok,
-                     SPLIT: tl.constexpr, MAX_SPIN: tl.constexpr, BACKOFF: tl.constexpr = 0):
+                     SPLIT: tl.constexpr, MAX_SPIN: tl.constexpr):
     """As _exchange_counted, with (m_c, d_c) as one 64-bit word (m_c's bits high, d_c's low)
     that is its own ready flag: the slots start at -1 (all bits set), a pattern no (m, d)
     has (a NaN the hardware makes is positive: 0x7fffffff), so a poll that sees every slot
@@ -536,8 +525,6 @@ def _exchange_packed(part_ptr, row64, chunk, m_c, d_c, lanes, lane_ok,
     seen = tl.sum(((words != -1) & lane_ok).to(tl.int32), axis=0)
     spins = 0
     while (seen < SPLIT) & (spins < MAX_SPIN):
-        if BACKOFF > 0:
-            spins += _sleep(spins * 0 + BACKOFF)
         words = tl.atomic_add(slots, 0, mask=lane_ok, sem="relaxed")
         seen = tl.sum(((words != -1) & lane_ok).to(tl.int32), axis=0)
         spins += 1
@@ -560,7 +547,6 @@ def _softmax_split_kernel(
     # then covers n_cols + SHIFT - 1, and chunk 0 also owns the loose elements at both ends
     PACKED: tl.constexpr = False,  # (m_c, d_c) published as one 64-bit word that is its own
     # ready flag (part_ptr: int64, filled with -1; count_ptr unused): see _exchange_packed
-    BACKOFF: tl.constexpr = 0,  # > 0: nanoseconds a failed poll sleeps before the next
 ):
     if ALIGN > 1:
         # The launcher checked that sizes and strides are multiples of ALIGN (one 16-byte
@@ -613,10 +599,10 @@ def _softmax_split_kernel(
             d_c += tl.sum(xe, axis=0)
         if PACKED:
             ms, ds, seen = _exchange_packed(part_ptr, row64, chunk, m_c, d_c, lanes, lane_ok,
-                                            SPLIT, MAX_SPIN, BACKOFF)
+                                            SPLIT, MAX_SPIN)
         else:
             ms, ds, seen = _exchange_counted(part_ptr, count_ptr, row64, chunk, m_c, d_c,
-                                             lanes, lane_ok, SPLIT, MAX_SPIN, BACKOFF)
+                                             lanes, lane_ok, SPLIT, MAX_SPIN)
         # Merge:  m = max_c m_c,   d = sum_c d_c * exp(m_c - m).
         ms = tl.where(lane_ok, ms, NEG_INF)  # lanes past SPLIT: no chunk, nothing to merge
         ds = tl.where(lane_ok, ds, 0.0)
@@ -672,12 +658,11 @@ TUNING: dict[str, Any] = {
     # for programs that start late (H200: bf16 50,257 78% of copy against 59%, fp32 100,001
     # 60% against 48%, the rest unchanged).
     "split_fit_registers": True,
-    # Candidates for the H200 sweep (bench/softmax.py --tune: split cap, split backoff):
-    # compile the split kernel with a register cap that lets split_programs_per_sm programs
-    # share an SM (fp32 windows in chunks of 16,384 take 152 registers, so one program per SM
-    # where the plan wants two; capped at 128 they spill 60 bytes)
-    "split_cap_registers": False,
-    "split_backoff_ns": 0,  # a failed poll sleeps this long before the next (0: polls at once)
+    # Compile the split kernel with a register cap that lets split_programs_per_sm programs
+    # share an SM: fp32 windows in chunks of 16,384 take 152 registers, one program per SM
+    # where the plan wants two; capped at 128 they spill 60 bytes and run two (H200: fp32
+    # 65,537 / 100,001 at 77% / 78% of copy against 59% / 60%; aligned rows unchanged).
+    "split_cap_registers": True,
     # Candidates for the H200 sweep (off by default until measured; bench/softmax.py --tune):
     "chip_chunked": False,  # cover a row by 3 power-of-two chunks when that pads less
     # elements per thread when the row is held as 3 chunks; 0: the same as elems_per_thread
@@ -729,7 +714,9 @@ TUNING: dict[str, Any] = {
 #: bf16 in chunks of 4096 (4 warps, 8 programs per SM) up to 131,072, 86% at 65,536 (74%
 #: streamed) and 81% at 131,072 (69%), in chunks of 8192 up to 262,144, 76% (64%). With 64
 #: chunks a row the polls contend (bf16 262,144 in chunks of 4096: 47%), so longer rows keep
-#: the counter.
+#: the counter. Polls that back off (a failed poll sleeping 64-1024 ns before the next, so that
+#: ~1000 polling programs load L2 less) never won: equal at 64 ns, 1-4 points lower at 256 ns,
+#: up to 22 lower at 1024 ns (bf16 and fp32, 50k-262k); not kept.
 PLAN_TABLE: list[tuple[int, int, int, dict[str, Any]]] = [
     (4, 0, 96, dict(unaligned_elems_per_program=512)),
     (4, 96, 2048, dict(unaligned_elems_per_program=1024)),
@@ -1012,10 +999,9 @@ def softmax(
             )
         wanted = int(t["split_programs_per_sm"])
         packed, fit = bool(t["split_packed"]), bool(t["split_fit_registers"])
-        backoff = int(t["split_backoff_ns"])
         cap = {"maxnreg": _register_cap(wanted, p.num_warps)} if t["split_cap_registers"] else {}
         key = (x.device, x.dtype, p.block, p.split, p.num_warps, align, shift, packed,
-               nan_if_empty, configs_pinned(), backoff, str(cap)) if fit else None
+               nan_if_empty, configs_pinned(), str(cap)) if fit else None
         # as many as the last such launch's registers let an SM hold, with split_fit_registers
         per_sm = _SPLIT_FIT.get(key, wanted) if fit else wanted
         slots = max(1, _sm_count(x.device) * per_sm // p.split)
@@ -1030,7 +1016,7 @@ def softmax(
             x2, y2, part, count, n_rows, n_cols, x2.stride(0), y2.stride(0),
             CHUNK=p.block, SPLIT=p.split, LANES=_pow2(p.split), NAN_IF_EMPTY=nan_if_empty,
             MAX_SPIN=int(t["max_spin"]), ALIGN=align, SHIFT=shift, PACKED=packed,
-            BACKOFF=backoff, num_warps=p.num_warps, **cap,
+            num_warps=p.num_warps, **cap,
         )
         if fit:
             props = torch.cuda.get_device_properties(x.device)
