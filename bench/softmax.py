@@ -127,7 +127,8 @@ def variants(n: int, itemsize: int) -> list[tuple[str, dict[str, Any]]]:
                 split_chunk=chunk, split_warps=warps, split_programs_per_sm=per_sm))))
         out.append(("split c16384 w8 x2", dict(path="split", tuning=dict(
             split_chunk=16384, split_warps=8, split_programs_per_sm=2))))
-        for chunk, warps, per_sm in ((8192, 8, 4), (4096, 4, 8), (16384, 8, 2), (16384, 16, 2)):
+        for chunk, warps, per_sm in ((8192, 8, 4), (4096, 4, 8), (16384, 8, 2), (16384, 16, 2),
+                                     (8192, 4, 4), (8192, 4, 5)):
             out.append((f"split c{chunk} w{warps} x{per_sm} packed", dict(
                 path="split", tuning=dict(split_chunk=chunk, split_warps=warps,
                                           split_programs_per_sm=per_sm, split_packed=True))))
