@@ -354,9 +354,11 @@ def test_long_rows_split_on_the_gpu_stream_under_the_interpreter():
     assert split(65536, 4) == (16384, 4, True)
     assert split(524288, 4) == (16384, 32, True)
     assert split(524289, 4) == (8192, 65, False)  # past 32 chunks: the counter
-    assert split(49153, 2) == (4096, 13, True)
-    assert split(131072, 2) == (4096, 32, True)
+    assert split(49153, 2) == (8192, 7, True)
+    assert split(131072, 2) == (8192, 16, True)
     assert split(262144, 2) == (8192, 32, True)
+    assert tuned(262144, 2, "auto", None)["split_warps"] == 4  # five 4-warp programs per SM
+    assert tuned(262145, 2, "auto", None)["split_warps"] == 8
     assert split(262145, 2) == (8192, 33, False)
     assert sm.plan(131072, itemsize=2, interpreted=True).path == "stream"
     assert sm.plan(1 << 22, itemsize=2, interpreted=False).path == "stream"  # past 64 chunks

@@ -714,9 +714,13 @@ TUNING: dict[str, Any] = {
 #: bf16 in chunks of 4096 (4 warps, 8 programs per SM) up to 131,072, 86% at 65,536 (74%
 #: streamed) and 81% at 131,072 (69%), in chunks of 8192 up to 262,144, 76% (64%). With 64
 #: chunks a row the polls contend (bf16 262,144 in chunks of 4096: 47%), so longer rows keep
-#: the counter. Polls that back off (a failed poll sleeping 64-1024 ns before the next, so that
-#: ~1000 polling programs load L2 less) never won: equal at 64 ns, 1-4 points lower at 256 ns,
-#: up to 22 lower at 1024 ns (bf16 and fp32, 50k-262k); not kept.
+#: the counter. 16-bit rows of 49k-256k then moved to chunks of 8192 in 4 warps, five programs
+#: per SM with registers capped at 96 (80 KB of loads in flight per SM, against 64 KB with
+#: eight chunks of 4096): bf16 65,536 / 131,072 / 151,936 / 262,144 at 87 / 86 / 85 / 83% of
+#: copy against 86 / 83 / 79 / 76% (one run; medians in reports/h200/bench_softmax.md).
+#: Polls that back off (a failed poll sleeping 64-1024 ns before the next, so that ~1000
+#: polling programs load L2 less) never won: equal at 64 ns, 1-4 points lower at 256 ns, up
+#: to 22 lower at 1024 ns (bf16 and fp32, 50k-262k); not kept.
 PLAN_TABLE: list[tuple[int, int, int, dict[str, Any]]] = [
     (4, 0, 96, dict(unaligned_elems_per_program=512)),
     (4, 96, 2048, dict(unaligned_elems_per_program=1024)),
@@ -735,10 +739,10 @@ PLAN_TABLE: list[tuple[int, int, int, dict[str, Any]]] = [
     (2, 24576, 32768, dict(elems_per_thread=64)),
     (2, 32768, 49152, dict(max_on_chip=49152, chip_chunked=True, chunk_elems_per_thread=128)),
     # Long rows split across programs exchanging (m, d) as one self-flagging word, in chunks
-    # that give at most 32 per row (more: the polls contend, see _exchange_packed).
-    (2, 49152, 131072, dict(split_itemsizes=(2, 4), split_packed=True, split_chunk=4096,
-                            split_warps=4, split_programs_per_sm=8)),
-    (2, 131072, 262144, dict(split_itemsizes=(2, 4), split_packed=True)),
+    # that give at most 32 per row (more: the polls contend, see _exchange_packed): 8192
+    # elements in 4 warps, five programs per SM (registers capped at 96, 8 bytes spilled).
+    (2, 49152, 262144, dict(split_itemsizes=(2, 4), split_packed=True, split_chunk=8192,
+                            split_warps=4, split_programs_per_sm=5)),
     (2, 262144, 1 << 21, dict(split_itemsizes=(2, 4))),
 ]
 
