@@ -351,7 +351,9 @@ def test_long_rows_split_on_the_gpu_stream_under_the_interpreter():
         assert p.path == "split", (n, itemsize)
         return p.block, p.split, bool(tuned(n, itemsize, "auto", None)["split_packed"])
 
-    assert split(65536, 4) == (16384, 4, True)
+    assert split(65536, 4) == (8192, 8, True)
+    assert split(262144, 4) == (8192, 32, True)
+    assert split(262145, 4) == (16384, 17, True)
     assert split(524288, 4) == (16384, 32, True)
     assert split(524289, 4) == (8192, 65, False)  # past 32 chunks: the counter
     assert split(49153, 2) == (8192, 7, True)

@@ -717,7 +717,10 @@ TUNING: dict[str, Any] = {
 #: the counter. 16-bit rows of 49k-256k then moved to chunks of 8192 in 4 warps, five programs
 #: per SM with registers capped at 96 (80 KB of loads in flight per SM, against 64 KB with
 #: eight chunks of 4096): bf16 65,536 / 131,072 / 151,936 / 262,144 at 87 / 86 / 85 / 83% of
-#: copy against 86 / 83 / 79 / 76% (one run; medians in reports/h200/bench_softmax.md).
+#: copy against 86 / 83 / 79 / 76% (one run; medians in reports/h200/bench_softmax.md);
+#: fp32 rows of 49k-256k likewise in 4 warps, four programs of 8192 per SM (registers capped
+#: at 128): 65,536 / 100,001 / 131,072 / 262,144 at 88 / 87 / 88 / 88% against 87 / 78 / 87 /
+#: 86% in chunks of 16,384 (one run; five programs per SM: 82-83%).
 #: Polls that back off (a failed poll sleeping 64-1024 ns before the next, so that ~1000
 #: polling programs load L2 less) never won: equal at 64 ns, 1-4 points lower at 256 ns, up
 #: to 22 lower at 1024 ns (bf16 and fp32, 50k-262k); not kept.
@@ -725,7 +728,9 @@ PLAN_TABLE: list[tuple[int, int, int, dict[str, Any]]] = [
     (4, 0, 96, dict(unaligned_elems_per_program=512)),
     (4, 96, 2048, dict(unaligned_elems_per_program=1024)),
     (4, 32768, 49152, dict(max_on_chip=49152, chip_chunked=True)),
-    (4, 49152, 524288, dict(split_packed=True, split_chunk=16384, split_programs_per_sm=2)),
+    (4, 49152, 262144, dict(split_packed=True, split_chunk=8192, split_warps=4,
+                            split_programs_per_sm=4)),
+    (4, 262144, 524288, dict(split_packed=True, split_chunk=16384, split_programs_per_sm=2)),
     # rows up to 65 (window width n + 7) as windows; in a layout that cannot take them,
     # 512 elements per program (bf16 33 / 63: 33% / 59% of copy against 16% / 30% at 4096)
     (2, 0, 72, dict(chip_windows_packed=True, unaligned_elems_per_program=512)),
