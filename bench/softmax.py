@@ -59,14 +59,14 @@ def variants(n: int, itemsize: int) -> list[tuple[str, dict[str, Any]]]:
     * ``split cC wW xP``: long rows split across cooperating programs, chunks of C elements,
       W warps, P programs per SM (P > 1: one program's loads overlap another's reductions and
       wait). Four 8-warp programs of 8192 per SM with the counter is the default (rows of
-      more than 32 such chunks). ``... packed``: the chunks exchange (m, d) as one 64-bit word that is its
-      own ready flag, one store and one read per poll instead of a fence, a count, a poll and
-      a read: shipped for fp32 49k-512k (c16384 w8 x2) and 16-bit 49k-256k (c4096 w4 x8 up to
-      128k, c8192 w8 x4 past it). The shipped plan compiles the split kernel with a register
-      cap that lets its programs per SM fit and sizes the grid by the registers it got;
-      ``split uncapped``: without the cap (fp32 windows take 152 registers, one program per
-      SM where the plan wants two); ``split x9``: 9 programs per SM where the registers allow
-      it (bf16 chunks of 4096 take 56).
+      more than 32 such chunks). ``... packed``: the chunks exchange (m, d) as one 64-bit
+      word that is its own ready flag, one store and one read per poll instead of a fence, a
+      count, a poll and a read: shipped for rows of 49k-256k in chunks of 8192 in 4 warps
+      (c8192 w4 x5 for 16-bit rows, x4 for fp32) and fp32 256k-512k (c16384 w8 x2). The
+      shipped plan compiles the split kernel with a register cap that lets its programs per
+      SM fit and sizes the grid by the registers it got; ``split uncapped``: without the cap
+      (fp32 windows in chunks of 16,384 take 152 registers, one program per SM where the plan
+      wants two); ``split x9``: 9 programs per SM (the cap then squeezes 8-warp chunks).
     """
     out: list[tuple[str, dict[str, Any]]] = []
     if n % (16 // itemsize) and n <= 4096:  # odd short rows: one per program, as a window
