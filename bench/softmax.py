@@ -66,7 +66,7 @@ def variants(n: int, itemsize: int) -> list[tuple[str, dict[str, Any]]]:
       shipped plan compiles the split kernel with a register cap that lets its programs per
       SM fit and sizes the grid by the registers it got; ``split uncapped``: without the cap
       (fp32 windows in chunks of 16,384 take 152 registers, one program per SM where the plan
-      wants two); ``split x9``: 9 programs per SM (the cap then squeezes 8-warp chunks).
+      wants two).
     """
     out: list[tuple[str, dict[str, Any]]] = []
     if n % (16 // itemsize) and n <= 4096:  # odd short rows: one per program, as a window
@@ -119,9 +119,8 @@ def variants(n: int, itemsize: int) -> list[tuple[str, dict[str, Any]]]:
                         chip_chunked=True, chunk_elems_per_thread=128, chip_stages=st,
                         chip_pipelined_block_16bit=1 << 30))))
     if n > 32768:
-        # the shipped plan without its register cap, and with 9 programs per SM
+        # the shipped plan without its register cap
         out.append(("split uncapped", dict(path="auto", tuning=dict(split_cap_registers=False))))
-        out.append(("split x9", dict(path="auto", tuning=dict(split_programs_per_sm=9))))
         for chunk, warps, per_sm in ((8192, 8, 4), (8192, 16, 4), (4096, 4, 8), (4096, 8, 8)):
             out.append((f"split c{chunk} w{warps} x{per_sm}", dict(path="split", tuning=dict(
                 split_chunk=chunk, split_warps=warps, split_programs_per_sm=per_sm))))

@@ -1062,6 +1062,9 @@ def _programs_that_fit(wanted: int, n_regs: int, num_warps: int, regs_per_sm: in
 def _register_cap(programs: int, num_warps: int, regs_per_sm: int = 65536) -> int:
     """The most registers per thread (a multiple of 8, at most 255) that still let ``programs``
     programs of ``num_warps`` warps share an SM: the ``maxnreg`` of a capped split launch.
+    A plan asking for more programs than its kernel can nearly fit spills heavily (bf16
+    chunks of 8192 in 8 warps at 9 per SM, capped at 24: 29% of copy), so PLAN_TABLE's rows
+    pair each chunk with a measured count.
 
     >>> _register_cap(2, 8), _register_cap(8, 4), _register_cap(1, 4)
     (128, 64, 255)
