@@ -26,3 +26,17 @@ def test_the_code_refers_to_no_document_outside_the_repository() -> None:
         for path in (ROOT / base).rglob("*"):
             if path.suffix in (".py", ".md") and path.name != "test_structure.py":
                 assert "DESIGN.md" not in path.read_text(), path
+
+
+def test_the_docstring_examples_run() -> None:
+    # Every ``>>>`` example in the package shows what it gives (CPU: kernels interpreted);
+    # examples that need a user's kernel or write files say ``doctest: +SKIP``.
+    import os
+    import subprocess
+
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "--doctest-modules",
+                          "src/onlinesm", "strategies"],
+                         cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stdout[-4000:]
+    assert " passed" in run.stdout.splitlines()[-1]

@@ -18,12 +18,14 @@ one kernel at a time, so that is the kernel's own output. A call left running af
 (a hung kernel abandoned on its helper thread) writes to the real fds again.
 
 Example:
+    >>> import os
     >>> from onlinesm.capture import captured_output
     >>> with captured_output() as out:
-    ...     os.write(2, b"ptxas fatal : Unresolved extern\\n")
+    ...     _ = os.write(2, b"ptxas fatal : Unresolved extern\\n")
     >>> out.summary()
     "1 line of output: 'ptxas fatal : Unresolved extern'"
-    >>> out.save(".onlinesm/logs", "my_kernel")    # -> Path(".onlinesm/logs/my_kernel.log")
+    >>> out.save(".onlinesm/logs", "my_kernel")  # doctest: +SKIP
+    PosixPath('.onlinesm/logs/my_kernel.log')
 """
 
 from __future__ import annotations
@@ -80,7 +82,7 @@ class CapturedOutput:
     def summary(self, log: str | os.PathLike[str] | None = None) -> str:
         """One line for a failure message; "" when nothing was written.
 
-        >>> out.summary(log=".onlinesm/logs/k.log")
+        >>> out.summary(log=".onlinesm/logs/k.log")  # doctest: +SKIP
         "3,214 lines of output: 'ptxas fatal ...' (3,213 more lines); full log: .onlinesm/logs/k.log"
         """
         if self.nbytes == 0:
@@ -172,8 +174,9 @@ def captured_output(keep: int = DEFAULT_KEEP) -> Iterator[CapturedOutput]:
     Yields a :class:`CapturedOutput`, filled in when the block exits (normally or not). The
     original fds and streams are restored even when the block raises; the exception propagates.
 
+    >>> import subprocess
     >>> with captured_output() as out:
-    ...     subprocess.run(["sh", "-c", "echo boom >&2"])
+    ...     _ = subprocess.run(["sh", "-c", "echo boom >&2"])
     >>> out.text
     'boom\\n'
     """

@@ -23,7 +23,7 @@ explained by truncation (within one bf16 ulp, toward zero).
 
 Example:
     >>> from onlinesm import interpreter
-    >>> with interpreter.bf16_round_to_nearest() as active:
+    >>> with interpreter.bf16_round_to_nearest() as active:  # doctest: +SKIP
     ...     y = my_kernel(x)        # bf16 results rounded as on the GPU when ``active``
 """
 
@@ -314,7 +314,7 @@ def bf16_round_to_nearest() -> Iterator[bool]:
     truncates. Safe to nest and to enter from several threads; the interpreter's own helper is
     back once the last block exits, also when the block raises.
 
-    >>> with bf16_round_to_nearest() as active:
+    >>> with bf16_round_to_nearest() as active:  # doctest: +SKIP
     ...     y = kernel(x)
     """
     if not interpreted() or not patch_works() or not _ROUNDING.enter():

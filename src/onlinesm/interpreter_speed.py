@@ -17,7 +17,7 @@ the internals it expects (``installable()`` says why).
 
 Example:
     >>> from onlinesm import interpreter_speed
-    >>> with interpreter_speed.patch_once_per_launch() as active:
+    >>> with interpreter_speed.patch_once_per_launch() as active:  # doctest: +SKIP
     ...     y = my_kernel(x)        # same results; helpers no longer re-patch the language
 """
 

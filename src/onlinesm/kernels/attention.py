@@ -43,8 +43,9 @@ per shape. No TMA or warp specialisation (see the H200 report).
 Example:
     >>> import torch
     >>> from onlinesm.kernels.attention import attention
-    >>> q = torch.randn(1, 2, 100, 40, device="cuda", dtype=torch.bfloat16)
-    >>> k = v = torch.randn(1, 2, 130, 40, device="cuda", dtype=torch.bfloat16)
+    >>> dev = "cuda" if torch.cuda.is_available() else "cpu"  # CPU: under the interpreter
+    >>> q = torch.randn(1, 2, 100, 40, device=dev, dtype=torch.bfloat16)
+    >>> k = v = torch.randn(1, 2, 130, 40, device=dev, dtype=torch.bfloat16)
     >>> o, lse = attention(q, k, v, causal=True, causal_align="bottom-right", return_lse=True)
     >>> o.shape, lse.dtype
     (torch.Size([1, 2, 100, 40]), torch.float32)

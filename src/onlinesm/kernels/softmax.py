@@ -54,7 +54,8 @@ ordinary check lengths never reach it.
 
 Example:
     >>> from onlinesm import kernels
-    >>> kernels.use_interpreter()            # CPU tensors when there is no GPU
+    >>> kernels.use_interpreter(True)        # CPU tensors (False: compiled, CUDA tensors)
+    True
     >>> from onlinesm.kernels import softmax
     >>> softmax(torch.tensor([[1.0, 3.0, 2.0, float("-inf")]]))
     tensor([[0.0900, 0.6652, 0.2447, 0.0000]])

@@ -16,7 +16,7 @@ and ``"nan"`` (:func:`encode`), and the schema's ``number`` type accepts them.
 Example:
     >>> doc = {"schema": SCHEMA}
     >>> validate(doc)[:1]
-    ['$: missing key \\'kind\\'']
+    ["$: missing key 'kind'"]
 """
 
 from __future__ import annotations
