@@ -9,7 +9,8 @@
 #         scale: the thorough matrix on 1 and 2 GPUs (bench/scale.py);
 #         statistical: bench/gpu_statistical.py, false alarms of the statistical tier (20 seeds);
 #         tune: the softmax launch variants side by side (bench/softmax.py --tune), each
-#         checked for correctness in the same run; softmax3: three bench runs (medians);
+#         checked for correctness in the same run; softmax3: three bench runs (medians;
+#         SOFTMAX_NS, SOFTMAX_DTYPES choose the grid);
 #         kernels: the kernel test files compiled on the GPU (SOFTMAX_TESTS: a -k filter), each
 #         attention variant too;
 #         attention: bench/attention.py with ATTN_ARGS (e.g. --tiles to time pinned configs);
@@ -66,9 +67,9 @@ for phase in "$@"; do
       echo "== softmax tune: rc=$? $((SECONDS - start)) s"; grep -a "^| " "$OUT/softmax_tune.log" | tail -70 ;;
     softmax3)
       for i in 1 2 3; do
-        OUT=$OUT/softmax_run$i timeout 120 python3 bench/softmax.py --dtypes bfloat16,float32 --gb 0.5 \
+        OUT=$OUT/softmax_run$i timeout 120 python3 bench/softmax.py --dtypes ${SOFTMAX_DTYPES:-bfloat16,float32} --gb 0.5 \
           --ns ${SOFTMAX_NS:-1000,3000,12288,49152} > "$OUT/softmax_run$i.log" 2>&1
-        echo "== softmax run $i: rc=$? $((SECONDS - start)) s"; grep -a "^| [bf]" "$OUT/softmax_run$i.log" | head -20
+        echo "== softmax run $i: rc=$? $((SECONDS - start)) s"; grep -a "^| [bf]" "$OUT/softmax_run$i.log" | head -30
       done ;;
     kernels)
       timeout 420 python3 -m pytest -q -x -p no:cacheprovider tests/test_kernel_softmax.py ${SOFTMAX_TESTS:+-k "$SOFTMAX_TESTS"} > "$OUT/kernels_softmax.log" 2>&1
