@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -31,9 +33,6 @@ def test_the_code_refers_to_no_document_outside_the_repository() -> None:
 def test_the_docstring_examples_run() -> None:
     # Every ``>>>`` example in the package shows what it gives (CPU: kernels interpreted);
     # examples that need a user's kernel or write files say ``doctest: +SKIP``.
-    import os
-    import subprocess
-
     env = dict(os.environ, TRITON_INTERPRET="1")
     run = subprocess.run([sys.executable, "-m", "pytest", "-q", "--doctest-modules",
                           "src/onlinesm", "strategies"],
