@@ -66,7 +66,9 @@ def variants(n: int, itemsize: int) -> list[tuple[str, dict[str, Any]]]:
       shipped plan compiles the split kernel with a register cap that lets its programs per
       SM fit and sizes the grid by the registers it got; ``split uncapped``: without the cap
       (fp32 windows in chunks of 16,384 take 152 registers, one program per SM where the plan
-      wants two).
+      wants two). ``... st3``: the row loop software-pipelined in 3 stages (the next row's
+      chunk copied into shared memory while this row reduces, waits and stores; the wait
+      is then a PTX loop, polling with atomics, or with relaxed loads for ``loads``).
     """
     out: list[tuple[str, dict[str, Any]]] = []
     if n % (16 // itemsize) and n <= 4096:  # odd short rows: one per program, as a window
@@ -119,8 +121,17 @@ def variants(n: int, itemsize: int) -> list[tuple[str, dict[str, Any]]]:
                         chip_chunked=True, chunk_elems_per_thread=128, chip_stages=st,
                         chip_pipelined_block_16bit=1 << 30))))
     if n > 32768:
-        # the shipped plan without its register cap
+        # the shipped plan without its register cap; pipelined (the next row's chunk copied
+        # into shared memory while this row waits), polling with atomics or with loads
         out.append(("split uncapped", dict(path="auto", tuning=dict(split_cap_registers=False))))
+        out.append(("split st3", dict(path="auto", tuning=dict(split_stages=3))))
+        out.append(("split st3 loads", dict(path="auto", tuning=dict(
+            split_stages=3, split_poll_loads=True))))
+        for chunk, warps, per_sm in ((4096, 4, 8), (4096, 4, 6), (8192, 4, 3)):
+            out.append((f"split c{chunk} w{warps} x{per_sm} packed st3", dict(
+                path="split", tuning=dict(split_chunk=chunk, split_warps=warps,
+                                          split_programs_per_sm=per_sm, split_packed=True,
+                                          split_stages=3))))
         for chunk, warps, per_sm in ((8192, 8, 4), (8192, 16, 4), (4096, 4, 8), (4096, 8, 8)):
             out.append((f"split c{chunk} w{warps} x{per_sm}", dict(path="split", tuning=dict(
                 split_chunk=chunk, split_warps=warps, split_programs_per_sm=per_sm))))

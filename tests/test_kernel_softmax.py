@@ -628,6 +628,35 @@ def test_gpu_split_register_cap_stays_correct(dtype, knobs):
 @gpu
 @requires_cuda
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("knobs", [dict(split_stages=3), dict(split_stages=2),
+                                   dict(split_stages=3, split_poll_loads=True),
+                                   dict(split_stages=3, split_chunk=4096,
+                                        split_programs_per_sm=8)], ids=str)
+def test_gpu_split_pipelined_rows_stay_correct(dtype, knobs):
+    # The pipelined row loop (the next row's chunk copied while this one waits in a PTX poll):
+    # rows that break kernels, odd rows (windows), and many rows per group.
+    for n in (50257, 65536, 100001):
+        t = _hard_rows(n, dtype)
+        for fm in ("zeros", "nan"):
+            check(t, softmax(t, fully_masked=fm, tuning=knobs), fm)
+    t = make(gaussian(600, 65_537, seed=5), dtype)
+    check(t, softmax(t, tuning=knobs))
+    sm._SPLIT_FIT.clear()  # the grid from registers and shared memory: still correct
+    for _ in range(2):
+        check(t, softmax(t, tuning=knobs))
+
+
+def test_split_programs_per_sm_follow_shared_memory():
+    fit = sm._programs_that_fit
+    assert fit(5, 96, 4, shared=33 * 1024) == 5  # bf16 8192-chunks, two buffers: 5 x 34 KB
+    assert fit(4, 120, 4, shared=65 * 1024) == 3  # fp32: 4 x 66 KB > 228 KB, three fit
+    assert fit(4, 120, 4, shared=0) == 4  # shared memory unknown: registers decide
+    assert fit(2, 64, 4, shared=300 * 1024) == 1  # never below one
+
+
+@gpu
+@requires_cuda
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 def test_gpu_split_grid_sized_by_registers(dtype):
     # The second launch takes its grid from the first one's compiled registers.
     sm._SPLIT_FIT.clear()

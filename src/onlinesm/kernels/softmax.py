@@ -505,9 +505,30 @@ def _exchange_counted(part_ptr, count_ptr, row64, chunk, m_c, d_c, lanes, lane_o
     return ms, ds, seen
 
 
+#: One thread's wait for a chunk's word (see _exchange_packed): read it until it is not -1 or
+#: MAX_SPIN reads were made ($0: the word, $1: its address, $2: MAX_SPIN). READ is an atomic
+#: read (what the Triton-level poll does) or a relaxed load (a warp's reads of the same words
+#: coalesce into one request, where each thread's atomic is its own).
+_WAIT_PTX = """{
+    .reg .pred %p_wait, %p_more;
+    .reg .b32 %n_spin;
+    mov.b32 %n_spin, 0;
+    WAIT${:uid}:
+    READ
+    setp.eq.s64 %p_wait, $0, -1;
+    add.u32 %n_spin, %n_spin, 1;
+    setp.lt.u32 %p_more, %n_spin, $2;
+    and.pred %p_wait, %p_wait, %p_more;
+    @%p_wait bra WAIT${:uid};
+}"""
+_WAIT_ATOMIC = tl.constexpr(_WAIT_PTX.replace("READ", "atom.global.gpu.relaxed.add.u64 $0, [$1], 0;"))
+_WAIT_LOADS = tl.constexpr(_WAIT_PTX.replace("READ", "ld.relaxed.gpu.global.b64 $0, [$1];"))
+
+
 @triton.jit
 def _exchange_packed(part_ptr, row64, chunk, m_c, d_c, lanes, lane_ok,
-                     SPLIT: tl.constexpr, MAX_SPIN: tl.constexpr):
+                     SPLIT: tl.constexpr, MAX_SPIN: tl.constexpr,
+                     POLL_IN_ASM: tl.constexpr = False, POLL_LOADS: tl.constexpr = False):
     """As _exchange_counted, with (m_c, d_c) as one 64-bit word (m_c's bits high, d_c's low)
     that is its own ready flag: the slots start at -1 (all bits set), a pattern no (m, d)
     has (a NaN the hardware makes is positive: 0x7fffffff), so a poll that sees every slot
@@ -521,14 +542,28 @@ def _exchange_packed(part_ptr, row64, chunk, m_c, d_c, lanes, lane_ok,
     # were slower on the H200 (bf16 65,536: 80% of copy against 86%), and so are more than
     # about 32 chunks a row: SPLIT programs polling SPLIT words (bf16 262,144 in 64 chunks:
     # 47%; PLAN_TABLE keeps the counter there).
-    slots = part_ptr + row64 * SPLIT + lanes
-    words = tl.atomic_add(slots, 0, mask=lane_ok, sem="relaxed")
-    seen = tl.sum(((words != -1) & lane_ok).to(tl.int32), axis=0)
-    spins = 0
-    while (seen < SPLIT) & (spins < MAX_SPIN):
+    if POLL_IN_ASM:
+        # Each thread spins on its lane's word inside one PTX loop: no loop in Triton's IR,
+        # so the row loop around this stays one the pipeliner can take apart (loads of the
+        # next row issued before this wait). Lanes past SPLIT poll the last chunk's word.
+        slots = part_ptr + row64 * SPLIT + tl.minimum(lanes, SPLIT - 1)
+        spins = tl.full(slots.shape, MAX_SPIN, tl.int32)
+        if POLL_LOADS:
+            words = tl.inline_asm_elementwise(_WAIT_LOADS, "=l,l,r", [slots, spins],
+                                              dtype=tl.int64, is_pure=False, pack=1)
+        else:
+            words = tl.inline_asm_elementwise(_WAIT_ATOMIC, "=l,l,r", [slots, spins],
+                                              dtype=tl.int64, is_pure=False, pack=1)
+        seen = tl.sum(((words != -1) & lane_ok).to(tl.int32), axis=0)
+    else:
+        slots = part_ptr + row64 * SPLIT + lanes
         words = tl.atomic_add(slots, 0, mask=lane_ok, sem="relaxed")
         seen = tl.sum(((words != -1) & lane_ok).to(tl.int32), axis=0)
-        spins += 1
+        spins = 0
+        while (seen < SPLIT) & (spins < MAX_SPIN):
+            words = tl.atomic_add(slots, 0, mask=lane_ok, sem="relaxed")
+            seen = tl.sum(((words != -1) & lane_ok).to(tl.int32), axis=0)
+            spins += 1
     ms = (words >> 32).to(tl.int32).to(tl.float32, bitcast=True)
     ds = words.to(tl.int32).to(tl.float32, bitcast=True)
     return ms, ds, seen
@@ -548,6 +583,9 @@ def _softmax_split_kernel(
     # then covers n_cols + SHIFT - 1, and chunk 0 also owns the loose elements at both ends
     PACKED: tl.constexpr = False,  # (m_c, d_c) published as one 64-bit word that is its own
     # ready flag (part_ptr: int64, filled with -1; count_ptr unused): see _exchange_packed
+    STAGES: tl.constexpr = 1,  # > 1 (with PACKED): the poll runs inside one PTX loop, and the
+    # row loop is software-pipelined: the next row's chunk loads while this row waits
+    POLL_LOADS: tl.constexpr = False,  # that PTX poll reads with loads, not atomics
 ):
     if ALIGN > 1:
         # The launcher checked that sizes and strides are multiples of ALIGN (one 16-byte
@@ -571,7 +609,7 @@ def _softmax_split_kernel(
     cols = chunk * CHUNK + tl.arange(0, CHUNK)
     lanes = tl.arange(0, LANES)
     lane_ok = lanes < SPLIT
-    for row in range(group, n_rows, n_groups):
+    for row in tl.range(group, n_rows, n_groups, num_stages=STAGES):
         row64 = row.to(tl.int64)
         x_base, y_base, first, v_lo, v_hi = _row_window(row64, stride_xm, stride_ym, n_cols, SHIFT)
         col_ok = _in_vectors(cols, v_lo, v_hi, SHIFT)
@@ -600,7 +638,7 @@ def _softmax_split_kernel(
             d_c += tl.sum(xe, axis=0)
         if PACKED:
             ms, ds, seen = _exchange_packed(part_ptr, row64, chunk, m_c, d_c, lanes, lane_ok,
-                                            SPLIT, MAX_SPIN)
+                                            SPLIT, MAX_SPIN, STAGES > 1, POLL_LOADS)
         else:
             ms, ds, seen = _exchange_counted(part_ptr, count_ptr, row64, chunk, m_c, d_c,
                                              lanes, lane_ok, SPLIT, MAX_SPIN)
@@ -664,6 +702,13 @@ TUNING: dict[str, Any] = {
     # where the plan wants two; capped at 128 they spill 60 bytes and run two (H200: fp32
     # 65,537 / 100,001 at 77% / 78% of copy against 59% / 60%; aligned rows unchanged).
     "split_cap_registers": True,
+    # Candidate for the next H200 run (bench --tune: "... st3"): > 1 software-pipelines the
+    # split kernel's row loop (packed exchange only): the next row's chunk is copied into shared
+    # memory (cp.async) while this row reduces, waits for its other chunks and stores, so an SM
+    # keeps bytes in flight through the wait that bounds split rows (Nsight Compute: latency).
+    # 3 = two buffers, the next row's copy in flight during this whole row.
+    "split_stages": 1,
+    "split_poll_loads": False,  # with split_stages > 1: poll with relaxed loads, not atomics
     # Candidates for the H200 sweep (off by default until measured; bench/softmax.py --tune):
     "chip_chunked": False,  # cover a row by 3 power-of-two chunks when that pads less
     # elements per thread when the row is held as 3 chunks; 0: the same as elems_per_thread
@@ -1009,10 +1054,11 @@ def softmax(
             )
         wanted = int(t["split_programs_per_sm"])
         packed, fit = bool(t["split_packed"]), bool(t["split_fit_registers"])
+        stages = int(t["split_stages"]) if packed else 1  # the pipelined loop needs the asm poll
         cap = {"maxnreg": _register_cap(wanted, p.num_warps)} if t["split_cap_registers"] else {}
         key = (x.device, x.dtype, p.block, p.split, p.num_warps, align, shift, packed,
-               nan_if_empty, configs_pinned(), str(cap)) if fit else None
-        # as many as the last such launch's registers let an SM hold, with split_fit_registers
+               nan_if_empty, configs_pinned(), str(cap), stages, t["split_poll_loads"]) if fit else None
+        # as many as the last such launch's registers and shared memory let an SM hold
         per_sm = _SPLIT_FIT.get(key, wanted) if fit else wanted
         slots = max(1, _sm_count(x.device) * per_sm // p.split)
         groups = min(n_rows, slots)
@@ -1025,15 +1071,17 @@ def softmax(
         compiled = _variant(_softmax_split_kernel, _softmax_split_specialised)[(groups * p.split,)](
             x2, y2, part, count, n_rows, n_cols, x2.stride(0), y2.stride(0),
             CHUNK=p.block, SPLIT=p.split, LANES=_pow2(p.split), NAN_IF_EMPTY=nan_if_empty,
-            MAX_SPIN=int(t["max_spin"]), ALIGN=align, SHIFT=shift, PACKED=packed,
-            num_warps=p.num_warps, **cap,
+            MAX_SPIN=int(t["max_spin"]), ALIGN=align, SHIFT=shift, PACKED=packed, STAGES=stages,
+            POLL_LOADS=bool(t["split_poll_loads"]), num_warps=p.num_warps, **cap,
         )
         if fit:
             props = torch.cuda.get_device_properties(x.device)
             _SPLIT_FIT[key] = _programs_that_fit(
                 wanted, int(getattr(compiled, "n_regs", 0) or 0),
                 p.num_warps, int(getattr(props, "regs_per_multiprocessor", 65536)),
-                int(getattr(props, "max_threads_per_multi_processor", 2048)) // 32)
+                int(getattr(props, "max_threads_per_multi_processor", 2048)) // 32,
+                int(getattr(getattr(compiled, "metadata", None), "shared", 0) or 0),
+                int(getattr(props, "shared_memory_per_multiprocessor", 233472)))
     return y2.reshape(x.shape)
 
 
@@ -1044,19 +1092,25 @@ _SPLIT_FIT: dict[tuple[Any, ...], int] = {}
 
 
 def _programs_that_fit(wanted: int, n_regs: int, num_warps: int, regs_per_sm: int = 65536,
-                       warps_per_sm: int = 64) -> int:
-    """How many programs of ``num_warps`` warps at ``n_regs`` registers per thread an SM holds
-    at once, at most ``wanted`` (``n_regs`` 0, unknown: ``wanted``). Registers are allocated
-    per warp in blocks of 256 (8 per thread). The split kernel's few KB of shared memory never
-    bind first, so they are not counted.
+                       warps_per_sm: int = 64, shared: int = 0,
+                       shared_per_sm: int = 233472) -> int:
+    """How many programs of ``num_warps`` warps at ``n_regs`` registers per thread and
+    ``shared`` bytes of shared memory an SM holds at once, at most ``wanted`` (``n_regs`` 0,
+    unknown: ``wanted``). Registers are allocated per warp in blocks of 256 (8 per thread);
+    each program also takes 1 KB of shared memory the driver reserves. Unpipelined split
+    kernels use a few KB (the reductions); pipelined ones a buffer per stage.
 
     >>> _programs_that_fit(8, 72, 4), _programs_that_fit(8, 64, 4), _programs_that_fit(2, 96, 8)
     (7, 8, 2)
+    >>> _programs_that_fit(4, 128, 4, shared=65600)  # two fp32 chunks of 8192 in flight
+    3
     """
     if n_regs <= 0:
         return wanted
     per_warp = -(-n_regs // 8) * 8 * 32
     fit = min(regs_per_sm // (per_warp * num_warps), warps_per_sm // num_warps, 32)
+    if shared > 0:
+        fit = min(fit, shared_per_sm // (shared + 1024))
     return max(1, min(wanted, fit))
 
 
