@@ -40,6 +40,7 @@ from onlinesm.kernels import softmax  # noqa: E402  (after the mode is chosen)
 # The module itself (``import onlinesm.kernels.softmax as sm`` would give the function, which
 # the package binds under the same name).
 sm = importlib.import_module("onlinesm.kernels.softmax")
+sp = importlib.import_module("onlinesm.kernels.softmax_plan")  # TUNING, PLAN_TABLE, plan()
 
 DEVICE = "cpu" if INTERPRETED else "cuda"
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
@@ -159,13 +160,13 @@ def test_persistent_pipelined_on_chip_grid(dtype):
 
 
 def test_chunking_covers_rows_with_fewer_padded_columns():
-    assert sm._chunking(12288) == (4096, 3)
-    assert sm._chunking(3000) == (1024, 3)
-    assert sm._chunking(49152) == (16384, 3)
-    assert sm._chunking(1000) == (1024, 1)  # 2 x 512 covers no fewer: one chunk
-    assert sm._chunking(4096) == (4096, 1)
+    assert sp._chunking(12288) == (4096, 3)
+    assert sp._chunking(3000) == (1024, 3)
+    assert sp._chunking(49152) == (16384, 3)
+    assert sp._chunking(1000) == (1024, 1)  # 2 x 512 covers no fewer: one chunk
+    assert sp._chunking(4096) == (4096, 1)
     for n in (1, 5, 17, 100, 1000, 3000, 5000, 12288, 40000):
-        block, chunks = sm._chunking(n)
+        block, chunks = sp._chunking(n)
         assert block & (block - 1) == 0 and chunks in (1, 3) and block * chunks >= n
 
 
@@ -309,7 +310,7 @@ def test_chunked_on_chip_rows(dtype):
     seen = set()
     for n in (17, 40, 48, 100, 192, 200, 255):
         p = sm.plan(n, path="on_chip", tuning=tuning, itemsize=torch.empty(0, dtype=dtype).element_size())
-        assert p.block * p.chunks >= n and p.chunks == sm._chunking(n)[1]
+        assert p.block * p.chunks >= n and p.chunks == sp._chunking(n)[1]
         seen.add(p.chunks)
         x = gaussian(5, n, seed=n)
         x[1, : n // 2 + 1] = NEG_INF  # a prefix across chunk boundaries
@@ -344,7 +345,7 @@ def test_long_rows_split_on_the_gpu_stream_under_the_interpreter():
     """The shipped table: rows past the on-chip limit split across programs on the GPU (one
     read), in chunks that give at most 32 per row where (m, d) travel as one word; the
     interpreter, which runs programs one at a time, always streams."""
-    tuned = sm._tuning  # the knobs plan() used for a row
+    tuned = sp._tuning  # the knobs plan() used for a row
 
     def split(n: int, itemsize: int) -> tuple[int, int, bool]:
         p = sm.plan(n, itemsize=itemsize, interpreted=False)
@@ -378,7 +379,7 @@ def test_long_rows_split_on_the_gpu_stream_under_the_interpreter():
 
 def test_plan_table_sets_the_auto_plan_for_its_range(monkeypatch):
     row = (2, 8192, 16384, dict(chip_chunked=True, chip_warps=16))
-    monkeypatch.setattr(sm, "PLAN_TABLE", [row])
+    monkeypatch.setattr(sp, "PLAN_TABLE", [row])
     p = sm.plan(12288, itemsize=2, interpreted=False)
     assert (p.path, p.block, p.chunks, p.num_warps) == ("on_chip", 4096, 3, 16)
     assert sm.plan(12288, itemsize=4).chunks == 1  # another element size: untouched
@@ -387,15 +388,15 @@ def test_plan_table_sets_the_auto_plan_for_its_range(monkeypatch):
     assert sm.plan(12288, itemsize=2, path="on_chip").chunks == 1  # a forced path: no table
     # chunk_elems_per_thread sets the warps of chunked rows only
     row = (2, 2048, 16384, dict(chip_chunked=True, chunk_elems_per_thread=128))
-    monkeypatch.setattr(sm, "PLAN_TABLE", [row])
+    monkeypatch.setattr(sp, "PLAN_TABLE", [row])
     assert sm.plan(12288, itemsize=2).num_warps == 4  # 12288 / (32 * 128) = 3, up to a power of 2
     assert sm.plan(16384, itemsize=2).num_warps == 16384 // (32 * 16)  # one block: 16 each
-    monkeypatch.setattr(sm, "PLAN_TABLE", [(4, 0, 1 << 30, dict(max_on_chip=128))])
+    monkeypatch.setattr(sp, "PLAN_TABLE", [(4, 0, 1 << 30, dict(max_on_chip=128))])
     x = make(gaussian(3, 200, seed=3), torch.float32)
     assert sm.plan(200, itemsize=4, interpreted=True).path == "stream"
     check(x, softmax(x))
-    monkeypatch.setattr(sm, "PLAN_TABLE", [(4, 0, 1 << 30, dict(chip_chunked=True, chip_stages=2))])
-    assert sm._tuning(200, 4, "auto", None)["chip_stages"] == 2  # the launcher reads it too
+    monkeypatch.setattr(sp, "PLAN_TABLE", [(4, 0, 1 << 30, dict(chip_chunked=True, chip_stages=2))])
+    assert sp._tuning(200, 4, "auto", None)["chip_stages"] == 2  # the launcher reads it too
     check(x, softmax(x))
 
 
@@ -590,7 +591,7 @@ def test_gpu_many_rows_split_grid_is_persistent():
 
 
 def test_split_programs_per_sm_follow_the_registers():
-    fit = sm._programs_that_fit
+    fit = sp._programs_that_fit
     assert fit(8, 72, 4) == 7  # 72 x 128 threads x 8 > 65,536 registers: one fewer
     assert fit(8, 64, 4) == 8
     assert fit(8, 65, 4) == 7  # allocated 8 at a time: 65 costs 72
@@ -601,13 +602,13 @@ def test_split_programs_per_sm_follow_the_registers():
 
 
 def test_split_register_cap_lets_the_planned_programs_share_an_sm():
-    cap = sm._register_cap
+    cap = sp._register_cap
     assert cap(2, 8) == 128  # fp32 chunks of 16,384: two 8-warp programs, 65,536 registers
     assert cap(8, 4) == 64
     assert cap(3, 4) == 168  # 65,536 / 384 = 170.7, allocated 8 at a time
     assert cap(1, 1) == 255  # the hardware's most
     for programs, warps in ((2, 8), (3, 4), (7, 4), (4, 8)):  # the cap always fits them
-        assert sm._programs_that_fit(programs, cap(programs, warps), warps) == programs
+        assert sp._programs_that_fit(programs, cap(programs, warps), warps) == programs
 
 
 @gpu
@@ -647,7 +648,7 @@ def test_gpu_split_pipelined_rows_stay_correct(dtype, knobs):
 
 
 def test_split_programs_per_sm_follow_shared_memory():
-    fit = sm._programs_that_fit
+    fit = sp._programs_that_fit
     assert fit(5, 96, 4, shared=33 * 1024) == 5  # bf16 8192-chunks, two buffers: 5 x 34 KB
     assert fit(4, 120, 4, shared=65 * 1024) == 3  # fp32: 4 x 66 KB > 228 KB, three fit
     assert fit(4, 120, 4, shared=0) == 4  # shared memory unknown: registers decide

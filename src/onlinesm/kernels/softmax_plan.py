@@ -1,0 +1,296 @@
+"""How the Triton softmax launches: measured defaults, per-range overrides, and the plan.
+
+What: :data:`TUNING` (the launch knobs and their defaults), :data:`PLAN_TABLE` (overrides per
+element size and row length, each row measured on an H200: reports/h200/bench_softmax.md),
+:class:`Plan` and :func:`plan` (which kernel runs a row of a given length, with which block,
+warps and stages), and the split kernel's grid sizing (:func:`_programs_that_fit`,
+:func:`_register_cap`). Why apart from the kernels: this is plain Python, read by the
+launcher, the tests and ``bench/softmax.py --tune`` alike; it imports neither torch nor
+triton, so a plan can be asked for without a GPU or an interpreter.
+
+Example:
+    >>> from onlinesm.kernels.softmax_plan import plan
+    >>> plan(12288, itemsize=2, interpreted=False)
+    Plan(path='on_chip', block=4096, rows_per_program=1, split=1, num_warps=4, stages=1, chunks=3)
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from onlinesm.kernels import interpreting
+
+__all__ = ["TUNING", "PLAN_TABLE", "PATHS", "Plan", "plan"]
+
+#: The kernels a plan can name; "auto" lets :func:`plan` choose.
+PATHS = ("auto", "on_chip", "stream", "split")
+
+#: Launch parameters, measured on the H200 (reports/h200/bench_softmax.md). Tests and the bench
+#: override them per call through :func:`softmax`'s keywords or :func:`plan`.
+TUNING: dict[str, Any] = {
+    "max_on_chip": 32768,  # longest row kept in registers by one program (elements)
+    "elems_per_thread": 16,  # on-chip kernel: num_warps = BLOCK_N / (32 * this), in [1, 32]
+    "min_elems_per_program": 4096,  # short rows are packed until a program has this much
+    "chip_stages": 1,  # > 1: persistent on-chip grid with pipelined loads, for every row size
+    "chip_programs_per_sm": 1,
+    # 16-bit rows in blocks this large fill an SM's registers alone: pipeline them (measured on
+    # the H200 at N = 32768 bf16: 3906 GB/s pipelined, 3424 not; at 12288 it lost, 3107 vs 3555).
+    "chip_pipelined_block_16bit": 32768,
+    "chip_pipelined_stages": 3,
+    "stream_tile": 8192,
+    "stream_warps": 16,
+    # Long rows on the GPU: fp32 split across programs (1 read); 16-bit rows streamed (2
+    # reads) by default, split past 49,152 by PLAN_TABLE.
+    "split_itemsizes": (4,),
+    # Four programs of 8 warps per SM, 8192 elements each: one program's loads overlap the
+    # others' reductions and waits (measured on the H200, fp32, medians of 3 runs: 86/84/81% of
+    # copy at 64k/128k/256k against 78/75/68% with one 32-warp program of 32768 per SM).
+    "split_chunk": 8192,
+    "split_warps": 8,
+    "split_programs_per_sm": 4,
+    "max_spin": 1 << 20,  # ~1 s of polling: far beyond any real wait, short of a hang
+    # Split rows exchange (m_c, d_c) as one 64-bit word that is its own ready flag instead of
+    # two words and a counter (one store and one read per poll instead of a fence, a count, a
+    # poll and a read; see _exchange_packed). PLAN_TABLE turns it on up to 32 chunks a row.
+    "split_packed": False,
+    # Size the split grid by what the compiled kernel's registers let an SM hold (known after
+    # its first launch) instead of split_programs_per_sm alone: bf16 windows in chunks of 4096
+    # take 72 registers, 7 programs per SM where the grid counts 8, and the last groups wait
+    # for programs that start late (H200: bf16 50,257 78% of copy against 59%, fp32 100,001
+    # 60% against 48%, the rest unchanged).
+    "split_fit_registers": True,
+    # Compile the split kernel with a register cap that lets split_programs_per_sm programs
+    # share an SM: fp32 windows in chunks of 16,384 take 152 registers, one program per SM
+    # where the plan wants two; capped at 128 they spill 60 bytes and run two (H200: fp32
+    # 65,537 / 100,001 at 77% / 78% of copy against 59% / 60%; aligned rows unchanged).
+    "split_cap_registers": True,
+    # Candidate for the next H200 run (bench --tune: "... st3"): > 1 software-pipelines the
+    # split kernel's row loop (packed exchange only): the next row's chunk is copied into shared
+    # memory (cp.async) while this row reduces, waits for its other chunks and stores, so an SM
+    # keeps bytes in flight through the wait that bounds split rows (Nsight Compute: latency).
+    # 3 = two buffers, the next row's copy in flight during this whole row.
+    "split_stages": 1,
+    "split_poll_loads": False,  # with split_stages > 1: poll with relaxed loads, not atomics
+    # Candidates for the H200 sweep (off by default until measured; bench/softmax.py --tune):
+    "chip_chunked": False,  # cover a row by 3 power-of-two chunks when that pads less
+    # elements per thread when the row is held as 3 chunks; 0: the same as elems_per_thread
+    "chunk_elems_per_thread": 0,
+    "chip_warps": 0,  # on-chip num_warps; 0: BLOCK_N * ROWS / (32 * elems_per_thread)
+    "chip_windows_packed": False,  # 16-bit odd rows as windows on chip with several per program
+    # Short rows off the 16-byte vector boundary (loaded element by element) are packed until a
+    # program has this many elements instead; 0: min_elems_per_program (PLAN_TABLE sets it).
+    "unaligned_elems_per_program": 0,
+    "unaligned_elems_per_thread": 0,  # ... and this many per thread; 0: elems_per_thread
+}
+
+#: Per-range overrides of :data:`TUNING` that :func:`plan` applies for ``path="auto"``: rows of
+#: ``(itemsize, n_min, n_max, overrides)``, the first row with ``itemsize`` equal to the element
+#: size and ``n_min < n_cols <= n_max`` wins; a caller's ``tuning=`` still overrides it.
+#: Switching a range to a measured winner is one row.
+#:
+#: Measured on an H200 (reports/h200/bench_softmax.md, 2026-12-01): fp32 rows of 32k-48k on chip
+#: as 3 chunks of 16,384 reach 94% of copy bandwidth at N = 49,152, against 65% split across
+#: programs (the first row). In bf16 the chunked rows lost to the defaults (63-66% at 12,288
+#: against 81%, with 16 warps, two rows per program or a pipelined grid as well; still 63% with
+#: one exp per element instead of two, so the exp unit is not what holds it back). Two knobs lost
+#: everywhere and were removed: the split kernel loading the next row's chunk before the wait
+#: (42-65% of copy against 61-76%), and holding x in its storage dtype (spilled registers at
+#: 64k bf16, never faster).
+#: 16-bit rows of 4k-32k on chip with 64 elements per thread (a quarter of the threads per
+#: row, so an SM holds more rows in flight while each reduces): bf16 12,288 88% of copy against
+#: 81%, 16,384 96% against 92%, 24,576 89% against 86%, 6,144 100% against 92%; fp16 the same;
+#: 8,192 and 32,768 unchanged (98%, 90%).
+#: 16-bit rows past 65,536 split across programs (one read) instead of streamed (two): 68% and
+#: 63% of copy at 131,072 and 262,144 in bf16, against 66% and 61% (at 65,536 both 72-73%).
+#: 16-bit rows that 3 chunks cover with less padding (3000, 5000, 10-12k, 40-48k) are held as
+#: 3 chunks with 128 elements per thread (4 warps per 4096-chunk row: several rows in flight
+#: per SM, and no padded third of the registers): bf16 12,288 97% of copy against 87%, 10,000
+#: 90% against 77%, 49,152 90% against 74% streamed, 40,000 90% against 74%; fp16 12,288 98%
+#: against 88%. Rows of 16-24k (3 x 8192) add the pipelined persistent grid (3 stages): bf16
+#: 24,576 93% against 89%, 20,000 82% against 76%; fp16 90% against 90%, 83% against 78%.
+#: Short rows off the 16-byte vector boundary (odd N: loaded element by element) run in smaller
+#: programs, 512 to 2048 elements by length, and 16-bit rows up to 65 as several windows per
+#: program: bf16 33 / 77 / 127 / 255 / 1001 at 45 / 47 / 68 / 75 / 77% of copy against 16 /
+#: 18 / 29 / 38 / 66% (1.2-1.8x torch, was 0.45-0.65x below 512); fp32 33 / 77 / 127 at 62 /
+#: 95 / 94% against 32 / 35 / 60%. Aligned short rows already ran at 97-98% and keep 4096.
+#: Odd 16-bit rows of 513-2048 take 32 elements per thread in programs of 2048 (2 warps for
+#: two rows of 1001): bf16 700 / 1001 / 1500 at 75 / 84 / 86% of copy against 74 / 80 / 70%
+#: (medians of 3).
+#: Long rows split with the one-word (m, d) exchange, in chunks that give at most 32 a row
+#: (medians of 3, % of copy): fp32 in chunks of 16,384, two 8-warp programs per SM, 87 / 87 /
+#: 86% at 65,536 / 131,072 / 262,144 against 86 / 84 / 82% (chunks of 8192 with the counter);
+#: bf16 in chunks of 4096 (4 warps, 8 programs per SM) up to 131,072, 86% at 65,536 (74%
+#: streamed) and 81% at 131,072 (69%), in chunks of 8192 up to 262,144, 76% (64%). With 64
+#: chunks a row the polls contend (bf16 262,144 in chunks of 4096: 47%), so longer rows keep
+#: the counter. 16-bit rows of 49k-256k then moved to chunks of 8192 in 4 warps, five programs
+#: per SM with registers capped at 96 (80 KB of loads in flight per SM, against 64 KB with
+#: eight chunks of 4096): bf16 65,536 / 131,072 / 151,936 / 262,144 at 87 / 86 / 85 / 83% of
+#: copy against 86 / 83 / 79 / 76% (one run; medians in reports/h200/bench_softmax.md);
+#: fp32 rows of 49k-256k likewise in 4 warps, four programs of 8192 per SM (registers capped
+#: at 128): 65,536 / 100,001 / 131,072 / 262,144 at 88 / 87 / 88 / 88% against 87 / 78 / 87 /
+#: 86% in chunks of 16,384 (one run; five programs per SM: 82-83%).
+#: Polls that back off (a failed poll sleeping 64-1024 ns before the next, so that ~1000
+#: polling programs load L2 less) never won: equal at 64 ns, 1-4 points lower at 256 ns, up
+#: to 22 lower at 1024 ns (bf16 and fp32, 50k-262k); not kept.
+PLAN_TABLE: list[tuple[int, int, int, dict[str, Any]]] = [
+    (4, 0, 96, dict(unaligned_elems_per_program=512)),
+    (4, 96, 2048, dict(unaligned_elems_per_program=1024)),
+    (4, 32768, 49152, dict(max_on_chip=49152, chip_chunked=True)),
+    (4, 49152, 262144, dict(split_packed=True, split_chunk=8192, split_warps=4,
+                            split_programs_per_sm=4)),
+    (4, 262144, 524288, dict(split_packed=True, split_chunk=16384, split_programs_per_sm=2)),
+    # rows up to 65 (window width n + 7) as windows; in a layout that cannot take them,
+    # 512 elements per program (bf16 33 / 63: 33% / 59% of copy against 16% / 30% at 4096)
+    (2, 0, 72, dict(chip_windows_packed=True, unaligned_elems_per_program=512)),
+    (2, 72, 136, dict(unaligned_elems_per_program=512)),
+    (2, 136, 256, dict(unaligned_elems_per_program=1024)),
+    (2, 256, 512, dict(unaligned_elems_per_program=2048)),
+    (2, 512, 2048, dict(unaligned_elems_per_program=2048, unaligned_elems_per_thread=32)),
+    (2, 2048, 4096, dict(chip_chunked=True, chunk_elems_per_thread=128)),
+    (2, 4096, 16384, dict(elems_per_thread=64, chip_chunked=True, chunk_elems_per_thread=128)),
+    (2, 16384, 24576, dict(chip_chunked=True, chunk_elems_per_thread=128, chip_stages=3)),
+    (2, 24576, 32768, dict(elems_per_thread=64)),
+    (2, 32768, 49152, dict(max_on_chip=49152, chip_chunked=True, chunk_elems_per_thread=128)),
+    # Long rows split across programs exchanging (m, d) as one self-flagging word, in chunks
+    # that give at most 32 per row (more: the polls contend, see _exchange_packed): 8192
+    # elements in 4 warps, five programs per SM (registers capped at 96, 8 bytes spilled).
+    (2, 49152, 262144, dict(split_itemsizes=(2, 4), split_packed=True, split_chunk=8192,
+                            split_warps=4, split_programs_per_sm=5)),
+    (2, 262144, 1 << 21, dict(split_itemsizes=(2, 4))),
+]
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """Which kernel runs and with what launch parameters (see :func:`plan`)."""
+
+    path: str  # "on_chip", "stream" or "split"
+    block: int  # BLOCK_N, TILE or CHUNK
+    rows_per_program: int = 1
+    split: int = 1
+    num_warps: int = 4
+    stages: int = 1  # on_chip: > 1 means a persistent, software-pipelined grid
+    chunks: int = 1  # on_chip: the row is chunks x block columns (block a power of two)
+
+
+def _chunking(n_cols: int) -> tuple[int, int]:
+    """(block, chunks): n_cols covered by 1 or 3 power-of-two blocks, whichever pads less.
+
+    12288 -> (4096, 3), 3000 -> (1024, 3), 1000 -> (1024, 1). Two or four blocks never pad
+    less than one (2 * 2**k covers what 2**(k+1) does), so three is the only other count.
+    """
+    best = (max(16, _pow2(n_cols)), 1)
+    for k in (3,):
+        block = max(16, _pow2(-(-n_cols // k)))
+        if block * k < best[0] * best[1]:
+            best = (block, k)
+    return best
+
+
+def _pow2(n: int) -> int:
+    return 1 << max(0, (int(n) - 1).bit_length())
+
+
+def _tuning(n_cols: int, itemsize: int, path: str, tuning: dict[str, Any] | None) -> dict[str, Any]:
+    """TUNING, then the PLAN_TABLE row of this size and length (``path="auto"`` only), then the
+    caller's overrides: what both :func:`plan` and the launcher read."""
+    t = dict(TUNING)
+    if path == "auto":
+        for size, n_min, n_max, overrides in PLAN_TABLE:
+            if size == itemsize and n_min < n_cols <= n_max:
+                t.update(overrides)
+                break
+    t.update(tuning or {})
+    return t
+
+
+def plan(
+    n_cols: int,
+    *,
+    path: str = "auto",
+    max_on_chip: int | None = None,
+    tile: int | None = None,
+    interpreted: bool | None = None,
+    tuning: dict[str, Any] | None = None,
+    itemsize: int = 4,
+) -> Plan:
+    """The launch :func:`softmax` makes for rows of ``n_cols`` elements.
+
+    ``path="auto"`` keeps rows of at most ``max_on_chip`` elements in registers, and streams
+    longer rows (split across programs on the GPU, in tiles of ``tile`` under the interpreter).
+    ``interpreted``: plan for Triton's interpreter (None: as ``TRITON_INTERPRET`` says now).
+
+    >>> plan(1000, interpreted=False)
+    Plan(path='on_chip', block=1024, rows_per_program=4, split=1, num_warps=8, stages=1, chunks=1)
+    >>> plan(131072, itemsize=2, interpreted=False).path
+    'split'
+    """
+    if interpreted is None:
+        interpreted = interpreting()
+    t = _tuning(n_cols, itemsize, path, tuning)
+    limit = int(max_on_chip if max_on_chip is not None else t["max_on_chip"])
+    if path == "auto":
+        if n_cols <= limit:
+            path = "on_chip"
+        elif itemsize in t["split_itemsizes"] and not interpreted and n_cols <= limit * 64:
+            path = "split"
+        else:
+            path = "stream"
+    if path == "on_chip":
+        block, chunks = _chunking(n_cols) if t["chip_chunked"] else (max(16, _pow2(n_cols)), 1)
+        width = block * chunks
+        rows = max(1, min(64, int(t["min_elems_per_program"]) // width))
+        rows = 1 << (rows.bit_length() - 1)  # a power of two (tl.arange), rounded down
+        per_thread = int(t["elems_per_thread"])
+        if chunks > 1 and int(t["chunk_elems_per_thread"]):
+            per_thread = int(t["chunk_elems_per_thread"])
+        warps = int(t["chip_warps"]) or width * rows // (32 * per_thread)
+        warps = max(1, min(32, _pow2(max(1, warps))))
+        stages = int(t["chip_stages"])
+        if stages == 1 and itemsize == 2 and width >= int(t["chip_pipelined_block_16bit"]):
+            stages = int(t["chip_pipelined_stages"])
+        return Plan("on_chip", block, rows, 1, warps, stages, chunks)
+    if path == "stream":
+        block = _pow2(tile if tile is not None else t["stream_tile"])
+        return Plan("stream", max(16, block), 1, 1, int(t["stream_warps"]))
+    if path == "split":
+        chunk = _pow2(tile if tile is not None else min(int(t["split_chunk"]), _pow2(n_cols)))
+        return Plan("split", chunk, 1, -(-n_cols // chunk), int(t["split_warps"]))
+    raise ValueError(f"path={path!r} is not one of {PATHS}; use 'auto' unless testing a kernel")
+
+
+def _programs_that_fit(wanted: int, n_regs: int, num_warps: int, regs_per_sm: int = 65536,
+                       warps_per_sm: int = 64, shared: int = 0,
+                       shared_per_sm: int = 233472) -> int:
+    """How many programs of ``num_warps`` warps at ``n_regs`` registers per thread and
+    ``shared`` bytes of shared memory an SM holds at once, at most ``wanted`` (``n_regs`` 0,
+    unknown: ``wanted``). Registers are allocated per warp in blocks of 256 (8 per thread);
+    each program also takes 1 KB of shared memory the driver reserves. Unpipelined split
+    kernels use a few KB (the reductions); pipelined ones a buffer per stage.
+
+    >>> _programs_that_fit(8, 72, 4), _programs_that_fit(8, 64, 4), _programs_that_fit(2, 96, 8)
+    (7, 8, 2)
+    >>> _programs_that_fit(4, 128, 4, shared=65600)  # two fp32 chunks of 8192 in flight
+    3
+    """
+    if n_regs <= 0:
+        return wanted
+    per_warp = -(-n_regs // 8) * 8 * 32
+    fit = min(regs_per_sm // (per_warp * num_warps), warps_per_sm // num_warps, 32)
+    if shared > 0:
+        fit = min(fit, shared_per_sm // (shared + 1024))
+    return max(1, min(wanted, fit))
+
+
+def _register_cap(programs: int, num_warps: int, regs_per_sm: int = 65536) -> int:
+    """The most registers per thread (a multiple of 8, at most 255) that still let ``programs``
+    programs of ``num_warps`` warps share an SM: the ``maxnreg`` of a capped split launch.
+    A plan asking for more programs than its kernel can nearly fit spills heavily (bf16
+    chunks of 8192 in 8 warps at 9 per SM, capped at 24: 29% of copy), so PLAN_TABLE's rows
+    pair each chunk with a measured count.
+
+    >>> _register_cap(2, 8), _register_cap(8, 4), _register_cap(1, 4)
+    (128, 64, 255)
+    """
+    return min(255, regs_per_sm // (programs * num_warps * 32) // 8 * 8)
