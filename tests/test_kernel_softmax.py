@@ -599,6 +599,11 @@ def test_split_programs_per_sm_follow_the_registers():
     assert fit(8, 32, 4, warps_per_sm=16) == 4  # warps bind first
     assert fit(8, 255, 32) == 1  # at least one
     assert fit(8, 0, 4) == 8  # registers unknown: as asked
+    # ... and the shared memory of pipelined stages (plus 1 KB per program for the driver)
+    assert fit(5, 96, 4, shared=33 * 1024) == 5  # bf16 8192-chunks, two buffers: 5 x 34 KB
+    assert fit(4, 120, 4, shared=65 * 1024) == 3  # fp32: 4 x 66 KB > 228 KB, three fit
+    assert fit(4, 120, 4, shared=0) == 4  # shared memory unknown: registers decide
+    assert fit(2, 64, 4, shared=300 * 1024) == 1  # never below one
 
 
 def test_split_register_cap_lets_the_planned_programs_share_an_sm():
@@ -614,45 +619,22 @@ def test_split_register_cap_lets_the_planned_programs_share_an_sm():
 @gpu
 @requires_cuda
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
-@pytest.mark.parametrize("knobs", [dict(), dict(split_cap_registers=False),
-                                   dict(split_packed=False)], ids=str)
-def test_gpu_split_register_cap_stays_correct(dtype, knobs):
-    # Registers capped (fp32 windows spill to fit two programs per SM) or not, either exchange.
+@pytest.mark.parametrize("knobs", [
+    dict(), dict(split_cap_registers=False), dict(split_packed=False),
+    # the pipelined row loop (the next row's chunk copied while this one waits in a PTX poll)
+    dict(split_stages=3), dict(split_stages=2), dict(split_stages=3, split_poll_loads=True),
+    dict(split_stages=3, split_chunk=4096, split_programs_per_sm=8)], ids=str)
+def test_gpu_split_variants_stay_correct(dtype, knobs):
+    # Registers capped (fp32 windows spill to fit the plan) or not, either exchange, pipelined
+    # or not: rows that break kernels, odd rows (windows), and many rows per group.
     for n in (50257, 65536, 100001):
         t = _hard_rows(n, dtype)
         for fm in ("zeros", "nan"):
             check(t, softmax(t, fully_masked=fm, tuning=knobs), fm)
     t = make(gaussian(600, 65_537, seed=3), dtype)  # groups loop over rows, waits overlap
-    check(t, softmax(t, tuning=knobs))
-
-
-@gpu
-@requires_cuda
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
-@pytest.mark.parametrize("knobs", [dict(split_stages=3), dict(split_stages=2),
-                                   dict(split_stages=3, split_poll_loads=True),
-                                   dict(split_stages=3, split_chunk=4096,
-                                        split_programs_per_sm=8)], ids=str)
-def test_gpu_split_pipelined_rows_stay_correct(dtype, knobs):
-    # The pipelined row loop (the next row's chunk copied while this one waits in a PTX poll):
-    # rows that break kernels, odd rows (windows), and many rows per group.
-    for n in (50257, 65536, 100001):
-        t = _hard_rows(n, dtype)
-        for fm in ("zeros", "nan"):
-            check(t, softmax(t, fully_masked=fm, tuning=knobs), fm)
-    t = make(gaussian(600, 65_537, seed=5), dtype)
-    check(t, softmax(t, tuning=knobs))
-    sm._SPLIT_FIT.clear()  # the grid from registers and shared memory: still correct
+    sm._SPLIT_FIT.clear()  # the first launch sized as planned, the second by what fits
     for _ in range(2):
         check(t, softmax(t, tuning=knobs))
-
-
-def test_split_programs_per_sm_follow_shared_memory():
-    fit = sp._programs_that_fit
-    assert fit(5, 96, 4, shared=33 * 1024) == 5  # bf16 8192-chunks, two buffers: 5 x 34 KB
-    assert fit(4, 120, 4, shared=65 * 1024) == 3  # fp32: 4 x 66 KB > 228 KB, three fit
-    assert fit(4, 120, 4, shared=0) == 4  # shared memory unknown: registers decide
-    assert fit(2, 64, 4, shared=300 * 1024) == 1  # never below one
 
 
 @gpu

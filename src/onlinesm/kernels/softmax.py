@@ -555,13 +555,10 @@ def _exchange_packed(part_ptr, row64, chunk, m_c, d_c, lanes, lane_ok,
         # so the row loop around this stays one the pipeliner can take apart (loads of the
         # next row issued before this wait). Lanes past SPLIT poll the last chunk's word.
         slots = part_ptr + row64 * SPLIT + tl.minimum(lanes, SPLIT - 1)
-        spins = tl.full(slots.shape, MAX_SPIN, tl.int32)
-        if POLL_LOADS:
-            words = tl.inline_asm_elementwise(_WAIT_LOADS, "=l,l,r", [slots, spins],
-                                              dtype=tl.int64, is_pure=False, pack=1)
-        else:
-            words = tl.inline_asm_elementwise(_WAIT_ATOMIC, "=l,l,r", [slots, spins],
-                                              dtype=tl.int64, is_pure=False, pack=1)
+        words = tl.inline_asm_elementwise(
+            _WAIT_LOADS if POLL_LOADS else _WAIT_ATOMIC, "=l,l,r",
+            [slots, tl.full(slots.shape, MAX_SPIN, tl.int32)], dtype=tl.int64, is_pure=False,
+            pack=1)
         seen = tl.sum(((words != -1) & lane_ok).to(tl.int32), axis=0)
     else:
         slots = part_ptr + row64 * SPLIT + lanes
