@@ -58,17 +58,17 @@ def variants(n: int, itemsize: int) -> list[tuple[str, dict[str, Any]]]:
       rows up to 65.
     * ``split cC wW xP``: long rows split across cooperating programs, chunks of C elements,
       W warps, P programs per SM (P > 1: one program's loads overlap another's reductions and
-      wait). Four 8-warp programs of 8192 per SM with the counter is the default (rows of
-      more than 32 such chunks). ``... packed``: the chunks exchange (m, d) as one 64-bit
-      word that is its own ready flag, one store and one read per poll instead of a fence, a
-      count, a poll and a read: shipped for rows of 49k-256k in chunks of 8192 in 4 warps
-      (c8192 w4 x5 for 16-bit rows, x4 for fp32) and fp32 256k-512k (c16384 w8 x2). The
-      shipped plan compiles the split kernel with a register cap that lets its programs per
+      wait). Without ``packed`` the chunks exchange (m, d) through two words and a counter;
+      ``... packed``: as one 64-bit word that is its own ready flag, one store and one read
+      per poll instead of a fence, a count, a poll and a read: shipped for long rows in
+      chunks of 8192 in 4 warps (c8192 w4 x5 for 16-bit rows, x4 for fp32). The shipped plan compiles the split kernel with a register cap that lets its programs per
       SM fit and sizes the grid by the registers it got; ``split uncapped``: without the cap
       (fp32 windows in chunks of 16,384 take 152 registers, one program per SM where the plan
-      wants two). ``... st3``: the row loop software-pipelined in 3 stages (the next row's
-      chunk copied into shared memory while this row reduces, waits and stores; the wait
-      is then a PTX loop, polling with atomics, or with relaxed loads for ``loads``).
+      wants two). ``... asm``: the wait as one PTX loop per thread (no barrier per poll),
+      polling with atomics, or with relaxed loads for ``loads``; ``... st2`` / ``st3``: with
+      that poll, the row loop software-pipelined in 2 / 3 stages (the next row's chunk copied
+      into shared memory while this row reduces, waits and stores). Shipped: fp32 rows past
+      49,152 ``st2 loads``, 16-bit rows past 131,072 ``st3 loads``.
     """
     out: list[tuple[str, dict[str, Any]]] = []
     if n % (16 // itemsize) and n <= 4096:  # odd short rows: one per program, as a window
@@ -127,11 +127,20 @@ def variants(n: int, itemsize: int) -> list[tuple[str, dict[str, Any]]]:
         out.append(("split st3", dict(path="auto", tuning=dict(split_stages=3))))
         out.append(("split st3 loads", dict(path="auto", tuning=dict(
             split_stages=3, split_poll_loads=True))))
-        for chunk, warps, per_sm in ((4096, 4, 8), (4096, 4, 6), (8192, 4, 3)):
-            out.append((f"split c{chunk} w{warps} x{per_sm} packed st3", dict(
-                path="split", tuning=dict(split_chunk=chunk, split_warps=warps,
-                                          split_programs_per_sm=per_sm, split_packed=True,
-                                          split_stages=3))))
+        out.append(("split st2 loads", dict(path="auto", tuning=dict(
+            split_stages=2, split_poll_loads=True))))
+        # the PTX poll without the pipelining (no barrier per poll)
+        out.append(("split asm", dict(path="auto", tuning=dict(split_poll_asm=True))))
+        out.append(("split asm loads", dict(path="auto", tuning=dict(
+            split_poll_asm=True, split_poll_loads=True))))
+        for chunk, warps, per_sm in ((8192, 4, 5), (8192, 4, 4)):
+            for stages in (1, 2, 3):
+                name = f"split c{chunk} w{warps} x{per_sm} packed " + (
+                    f"st{stages} loads" if stages > 1 else "asm loads")
+                out.append((name, dict(path="split", tuning=dict(
+                    split_chunk=chunk, split_warps=warps, split_programs_per_sm=per_sm,
+                    split_packed=True, split_stages=stages, split_poll_asm=True,
+                    split_poll_loads=True))))
         for chunk, warps, per_sm in ((8192, 8, 4), (8192, 16, 4), (4096, 4, 8), (4096, 8, 8)):
             out.append((f"split c{chunk} w{warps} x{per_sm}", dict(path="split", tuning=dict(
                 split_chunk=chunk, split_warps=warps, split_programs_per_sm=per_sm))))

@@ -354,15 +354,19 @@ def test_long_rows_split_on_the_gpu_stream_under_the_interpreter():
 
     assert split(65536, 4) == (8192, 8, True)
     assert split(262144, 4) == (8192, 32, True)
-    assert split(262145, 4) == (16384, 17, True)
-    assert split(524288, 4) == (16384, 32, True)
-    assert split(524289, 4) == (8192, 65, False)  # past 32 chunks: the counter
+    assert split(1 << 21, 4) == (8192, 256, True)
     assert split(49153, 2) == (8192, 7, True)
     assert split(131072, 2) == (8192, 16, True)
-    assert split(262144, 2) == (8192, 32, True)
+    assert split(262145, 2) == (8192, 33, True)
     assert tuned(262144, 2, "auto", None)["split_warps"] == 4  # five 4-warp programs per SM
-    assert tuned(262145, 2, "auto", None)["split_warps"] == 8
-    assert split(262145, 2) == (8192, 33, False)
+    # the poll in PTX with relaxed loads, the row loop pipelined: fp32 past 49,152 in 2
+    # stages, 16-bit past 131,072 in 3
+    knobs = ("split_stages", "split_poll_loads")
+    for n, itemsize, want in ((49152, 4, None), (49153, 4, (2, True)), (1 << 21, 4, (2, True)),
+                              (131072, 2, (1, False)), (131073, 2, (3, True)),
+                              (1 << 21, 2, (3, True))):
+        t = tuned(n, itemsize, "auto", None)
+        assert want is None or tuple(t[k] for k in knobs) == want, (n, itemsize)
     assert sm.plan(131072, itemsize=2, interpreted=True).path == "stream"
     assert sm.plan(1 << 22, itemsize=2, interpreted=False).path == "stream"  # past 64 chunks
     # 16-bit rows of 4k-32k: 64 elements per thread (8 warps for a 16,384 block, not 32)
@@ -570,7 +574,7 @@ def _hard_rows(n: int, dtype) -> torch.Tensor:
 @requires_cuda
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("n", [1000, 4096, 32768, 32769, 50257, 65536, 65537, 131072 + 3, 151936,
-                               300_000])
+                               300_000, (1 << 20) + 3])
 def test_gpu_long_rows_every_path(dtype, n):
     t = _hard_rows(n, dtype)
     for path in ("auto", "stream", "split", "split_packed") if n > 2048 else (
@@ -621,8 +625,10 @@ def test_split_register_cap_lets_the_planned_programs_share_an_sm():
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("knobs", [
     dict(), dict(split_cap_registers=False), dict(split_packed=False),
-    # the pipelined row loop (the next row's chunk copied while this one waits in a PTX poll)
-    dict(split_stages=3), dict(split_stages=2), dict(split_stages=3, split_poll_loads=True),
+    # the row loop pipelined or not (the next row's chunk copied while this one waits in a
+    # PTX poll), polling with atomics or loads
+    dict(split_stages=1), dict(split_stages=3), dict(split_stages=2, split_poll_loads=False),
+    dict(split_poll_asm=True, split_stages=1), dict(split_stages=3, split_programs_per_sm=4),
     dict(split_stages=3, split_chunk=4096, split_programs_per_sm=8)], ids=str)
 def test_gpu_split_variants_stay_correct(dtype, knobs):
     # Registers capped (fp32 windows spill to fit the plan) or not, either exchange, pipelined

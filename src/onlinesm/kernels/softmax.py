@@ -16,8 +16,8 @@ Why three kernels (the launcher picks one per call):
   into chunks held in registers (as exp(x - m_chunk)) by cooperating programs, which swap their
   partial (m, d) through global memory, merge them, rescale their chunk by one factor, and
   write. One read + one write again, one exp per element. A chunk's (m, d) travels as one
-  64-bit word that is its own ready flag where a row has at most 32 chunks (one store, and
-  one read per poll), through two words and a counter beyond. Programs wait for each other,
+  64-bit word that is its own ready flag (one store, and one read per poll; the shipped plan)
+  or through two words and a counter. Programs wait for each other,
   so the grid is persistent (never more programs than fit on the GPU at once) and the wait is
   bounded: a wait that times out writes NaN instead of hanging. The interpreter runs programs one
   after another, so it never takes this path.
@@ -546,14 +546,14 @@ def _exchange_packed(part_ptr, row64, chunk, m_c, d_c, lanes, lane_ok,
     m_bits = m_c.to(tl.int32, bitcast=True).to(tl.int64)
     d_bits = d_c.to(tl.int32, bitcast=True).to(tl.int64) & 0xFFFFFFFF
     tl.atomic_xchg(part_ptr + row64 * SPLIT + chunk, (m_bits << 32) | d_bits, sem="relaxed")
-    # Poll with atomic reads (served by L2, where the words went). Volatile loads instead
-    # were slower on the H200 (bf16 65,536: 80% of copy against 86%), and so are more than
-    # about 32 chunks a row: SPLIT programs polling SPLIT words (bf16 262,144 in 64 chunks:
-    # 47%; PLAN_TABLE keeps the counter there).
     if POLL_IN_ASM:
         # Each thread spins on its lane's word inside one PTX loop: no loop in Triton's IR,
         # so the row loop around this stays one the pipeliner can take apart (loads of the
-        # next row issued before this wait). Lanes past SPLIT poll the last chunk's word.
+        # next row issued before this wait), and no block-wide sum and barrier per poll.
+        # Lanes past SPLIT poll the last chunk's word. With relaxed loads (POLL_LOADS) this
+        # is what the shipped plan runs; on the H200 it also holds up past 32 chunks a row
+        # (bf16 1,048,576 in 128 chunks: 78% of copy), where the Triton-level poll below
+        # contends (bf16 262,144 in 64 chunks: 47%).
         slots = part_ptr + row64 * SPLIT + tl.minimum(lanes, SPLIT - 1)
         words = tl.inline_asm_elementwise(
             _WAIT_LOADS if POLL_LOADS else _WAIT_ATOMIC, "=l,l,r",
@@ -561,6 +561,9 @@ def _exchange_packed(part_ptr, row64, chunk, m_c, d_c, lanes, lane_ok,
             pack=1)
         seen = tl.sum(((words != -1) & lane_ok).to(tl.int32), axis=0)
     else:
+        # Poll with atomic reads (served by L2, where the words went), summing the lanes that
+        # are ready after each round. Triton-level volatile loads instead were slower on the
+        # H200 (bf16 65,536: 80% of copy against 86%).
         slots = part_ptr + row64 * SPLIT + lanes
         words = tl.atomic_add(slots, 0, mask=lane_ok, sem="relaxed")
         seen = tl.sum(((words != -1) & lane_ok).to(tl.int32), axis=0)
@@ -590,6 +593,7 @@ def _softmax_split_kernel(
     # ready flag (part_ptr: int64, filled with -1; count_ptr unused): see _exchange_packed
     STAGES: tl.constexpr = 1,  # > 1 (with PACKED): the poll runs inside one PTX loop, and the
     # row loop is software-pipelined: the next row's chunk loads while this row waits
+    POLL_IN_ASM: tl.constexpr = False,  # (with PACKED) that PTX poll, also when STAGES == 1
     POLL_LOADS: tl.constexpr = False,  # that PTX poll reads with loads, not atomics
 ):
     if ALIGN > 1:
@@ -643,7 +647,8 @@ def _softmax_split_kernel(
             d_c += tl.sum(xe, axis=0)
         if PACKED:
             ms, ds, seen = _exchange_packed(part_ptr, row64, chunk, m_c, d_c, lanes, lane_ok,
-                                            SPLIT, MAX_SPIN, STAGES > 1, POLL_LOADS)
+                                            SPLIT, MAX_SPIN, POLL_IN_ASM or STAGES > 1,
+                                            POLL_LOADS)
         else:
             ms, ds, seen = _exchange_counted(part_ptr, count_ptr, row64, chunk, m_c, d_c,
                                              lanes, lane_ok, SPLIT, MAX_SPIN)
@@ -836,9 +841,10 @@ def softmax(
         wanted = int(t["split_programs_per_sm"])
         packed, fit = bool(t["split_packed"]), bool(t["split_fit_registers"])
         stages = int(t["split_stages"]) if packed else 1  # the pipelined loop needs the asm poll
+        in_asm = packed and (stages > 1 or bool(t["split_poll_asm"]))
         cap = {"maxnreg": _register_cap(wanted, p.num_warps)} if t["split_cap_registers"] else {}
         key = (x.device, x.dtype, p.block, p.split, p.num_warps, align, shift, packed,
-               nan_if_empty, configs_pinned(), str(cap), stages, t["split_poll_loads"]) if fit else None
+               nan_if_empty, configs_pinned(), str(cap), stages, in_asm, t["split_poll_loads"]) if fit else None
         # as many as the last such launch's registers and shared memory let an SM hold
         per_sm = _SPLIT_FIT.get(key, wanted) if fit else wanted
         slots = max(1, _sm_count(x.device) * per_sm // p.split)
@@ -853,7 +859,7 @@ def softmax(
             x2, y2, part, count, n_rows, n_cols, x2.stride(0), y2.stride(0),
             CHUNK=p.block, SPLIT=p.split, LANES=_pow2(p.split), NAN_IF_EMPTY=nan_if_empty,
             MAX_SPIN=int(t["max_spin"]), ALIGN=align, SHIFT=shift, PACKED=packed, STAGES=stages,
-            POLL_LOADS=bool(t["split_poll_loads"]), num_warps=p.num_warps, **cap,
+            POLL_IN_ASM=in_asm, POLL_LOADS=in_asm and bool(t["split_poll_loads"]), num_warps=p.num_warps, **cap,
         )
         if fit:
             props = torch.cuda.get_device_properties(x.device)

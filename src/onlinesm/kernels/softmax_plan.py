@@ -52,7 +52,7 @@ TUNING: dict[str, Any] = {
     "max_spin": 1 << 20,  # ~1 s of polling: far beyond any real wait, short of a hang
     # Split rows exchange (m_c, d_c) as one 64-bit word that is its own ready flag instead of
     # two words and a counter (one store and one read per poll instead of a fence, a count, a
-    # poll and a read; see _exchange_packed). PLAN_TABLE turns it on up to 32 chunks a row.
+    # poll and a read; see _exchange_packed). PLAN_TABLE turns it on for long rows.
     "split_packed": False,
     # Size the split grid by what the compiled kernel's registers let an SM hold (known after
     # its first launch) instead of split_programs_per_sm alone: bf16 windows in chunks of 4096
@@ -65,13 +65,16 @@ TUNING: dict[str, Any] = {
     # where the plan wants two; capped at 128 they spill 60 bytes and run two (H200: fp32
     # 65,537 / 100,001 at 77% / 78% of copy against 59% / 60%; aligned rows unchanged).
     "split_cap_registers": True,
-    # Candidate for the next H200 run (bench --tune: "... st3"): > 1 software-pipelines the
-    # split kernel's row loop (packed exchange only): the next row's chunk is copied into shared
-    # memory (cp.async) while this row reduces, waits for its other chunks and stores, so an SM
-    # keeps bytes in flight through the wait that bounds split rows (Nsight Compute: latency).
-    # 3 = two buffers, the next row's copy in flight during this whole row.
+    # > 1 software-pipelines the split kernel's row loop (packed exchange only): the next
+    # row's chunk is copied into shared memory (cp.async) while this row reduces, waits for its
+    # other chunks and stores, so an SM keeps bytes in flight through the wait that bounds
+    # split rows (Nsight Compute: latency). 3 = two buffers, the next row's copy in flight
+    # during this whole row. PLAN_TABLE sets it for long rows (2 in fp32, 3 in 16-bit).
     "split_stages": 1,
-    "split_poll_loads": False,  # with split_stages > 1: poll with relaxed loads, not atomics
+    # The packed exchange's poll as one PTX loop per thread (what split_stages > 1 needs) also
+    # without pipelining: no block-wide reduction and barrier per poll, only one after it.
+    "split_poll_asm": False,
+    "split_poll_loads": False,  # with that PTX poll: relaxed loads, not atomics
     # Candidates for the H200 sweep (off by default until measured; bench/softmax.py --tune):
     "chip_chunked": False,  # cover a row by 3 power-of-two chunks when that pads less
     # elements per thread when the row is held as 3 chunks; 0: the same as elems_per_thread
@@ -137,9 +140,11 @@ PLAN_TABLE: list[tuple[int, int, int, dict[str, Any]]] = [
     (4, 0, 96, dict(unaligned_elems_per_program=512)),
     (4, 96, 2048, dict(unaligned_elems_per_program=1024)),
     (4, 32768, 49152, dict(max_on_chip=49152, chip_chunked=True)),
-    (4, 49152, 262144, dict(split_packed=True, split_chunk=8192, split_warps=4,
-                            split_programs_per_sm=4)),
-    (4, 262144, 524288, dict(split_packed=True, split_chunk=16384, split_programs_per_sm=2)),
+    # Long rows split across programs exchanging (m, d) as one self-flagging word polled in
+    # one PTX loop with relaxed loads, the row loop pipelined in 2 stages: chunks of 8192 in
+    # 4 warps, four programs per SM (registers capped at 128).
+    (4, 49152, 1 << 21, dict(split_packed=True, split_chunk=8192, split_warps=4,
+                             split_programs_per_sm=4, split_stages=2, split_poll_loads=True)),
     # rows up to 65 (window width n + 7) as windows; in a layout that cannot take them,
     # 512 elements per program (bf16 33 / 63: 33% / 59% of copy against 16% / 30% at 4096)
     (2, 0, 72, dict(chip_windows_packed=True, unaligned_elems_per_program=512)),
@@ -152,12 +157,15 @@ PLAN_TABLE: list[tuple[int, int, int, dict[str, Any]]] = [
     (2, 16384, 24576, dict(chip_chunked=True, chunk_elems_per_thread=128, chip_stages=3)),
     (2, 24576, 32768, dict(elems_per_thread=64)),
     (2, 32768, 49152, dict(max_on_chip=49152, chip_chunked=True, chunk_elems_per_thread=128)),
-    # Long rows split across programs exchanging (m, d) as one self-flagging word, in chunks
-    # that give at most 32 per row (more: the polls contend, see _exchange_packed): 8192
-    # elements in 4 warps, five programs per SM (registers capped at 96, 8 bytes spilled).
-    (2, 49152, 262144, dict(split_itemsizes=(2, 4), split_packed=True, split_chunk=8192,
+    # Long rows split across programs exchanging (m, d) as one self-flagging word: 8192
+    # elements in 4 warps, five programs per SM (registers capped at 96, 8 bytes spilled);
+    # past 131,072 the poll is one PTX loop of relaxed loads and the row loop is pipelined in
+    # 3 stages (the next row's chunk copied into shared memory while this row waits).
+    (2, 49152, 131072, dict(split_itemsizes=(2, 4), split_packed=True, split_chunk=8192,
                             split_warps=4, split_programs_per_sm=5)),
-    (2, 262144, 1 << 21, dict(split_itemsizes=(2, 4))),
+    (2, 131072, 1 << 21, dict(split_itemsizes=(2, 4), split_packed=True, split_chunk=8192,
+                              split_warps=4, split_programs_per_sm=5, split_stages=3,
+                              split_poll_loads=True)),
 ]
 
 
