@@ -133,6 +133,13 @@ def variants(n: int, itemsize: int) -> list[tuple[str, dict[str, Any]]]:
         out.append(("split asm", dict(path="auto", tuning=dict(split_poll_asm=True))))
         out.append(("split asm loads", dict(path="auto", tuning=dict(
             split_poll_asm=True, split_poll_loads=True))))
+        # the merge's lanes padded to 32 (fewer spill under the register cap)
+        for name, knobs in (("split l32", dict(split_stages=1)),
+                            ("split asm loads l32", dict(split_poll_asm=True, split_stages=1)),
+                            ("split st2 loads l32", dict(split_stages=2)),
+                            ("split st3 loads l32", dict(split_stages=3))):
+            out.append((name, dict(path="auto", tuning=dict(
+                split_min_lanes=32, split_poll_loads=True, **knobs))))
         for chunk, warps, per_sm in ((8192, 4, 5), (8192, 4, 4)):
             for stages in (1, 2, 3):
                 name = f"split c{chunk} w{warps} x{per_sm} packed " + (

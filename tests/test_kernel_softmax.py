@@ -359,12 +359,12 @@ def test_long_rows_split_on_the_gpu_stream_under_the_interpreter():
     assert split(131072, 2) == (8192, 16, True)
     assert split(262145, 2) == (8192, 33, True)
     assert tuned(262144, 2, "auto", None)["split_warps"] == 4  # five 4-warp programs per SM
-    # the poll in PTX with relaxed loads, the row loop pipelined: fp32 past 49,152 in 2
-    # stages, 16-bit past 131,072 in 3
-    knobs = ("split_stages", "split_poll_loads")
-    for n, itemsize, want in ((49152, 4, None), (49153, 4, (2, True)), (1 << 21, 4, (2, True)),
-                              (131072, 2, (1, False)), (131073, 2, (3, True)),
-                              (1 << 21, 2, (3, True))):
+    # the poll in PTX with relaxed loads, the row loop pipelined: fp32 rows in 2 stages,
+    # windows too; 16-bit rows in 3, windows (odd rows) not pipelined
+    knobs = ("split_stages", "split_window_stages", "split_poll_loads")
+    for n, itemsize, want in ((49152, 4, None), (49153, 4, (2, 0, True)),
+                              (1 << 21, 4, (2, 0, True)), (49153, 2, (3, 1, True)),
+                              (1 << 21, 2, (3, 1, True))):
         t = tuned(n, itemsize, "auto", None)
         assert want is None or tuple(t[k] for k in knobs) == want, (n, itemsize)
     assert sm.plan(131072, itemsize=2, interpreted=True).path == "stream"
@@ -626,10 +626,11 @@ def test_split_register_cap_lets_the_planned_programs_share_an_sm():
 @pytest.mark.parametrize("knobs", [
     dict(), dict(split_cap_registers=False), dict(split_packed=False),
     # the row loop pipelined or not (the next row's chunk copied while this one waits in a
-    # PTX poll), polling with atomics or loads
-    dict(split_stages=1), dict(split_stages=3), dict(split_stages=2, split_poll_loads=False),
-    dict(split_poll_asm=True, split_stages=1), dict(split_stages=3, split_programs_per_sm=4),
-    dict(split_stages=3, split_chunk=4096, split_programs_per_sm=8)], ids=str)
+    # PTX poll), polling with atomics or loads, in as many lanes as chunks or in 32
+    dict(split_stages=1, split_poll_asm=False), dict(split_stages=3, split_window_stages=3),
+    dict(split_stages=2, split_window_stages=2, split_poll_loads=False),
+    dict(split_min_lanes=1), dict(split_stages=3, split_chunk=4096, split_programs_per_sm=8)],
+    ids=str)
 def test_gpu_split_variants_stay_correct(dtype, knobs):
     # Registers capped (fp32 windows spill to fit the plan) or not, either exchange, pipelined
     # or not: rows that break kernels, odd rows (windows), and many rows per group.

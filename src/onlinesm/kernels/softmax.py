@@ -583,7 +583,7 @@ def _softmax_split_kernel(
     CHUNK: tl.constexpr,  # elements each program keeps in registers (power of two)
     SPLIT: tl.constexpr,  # programs per row: SPLIT * CHUNK >= n_cols (any count, not padded
     # to a power of two: 151,936 = 19 chunks of 8192, not 32)
-    LANES: tl.constexpr,  # SPLIT rounded up to a power of two: the merge's tl.arange
+    LANES: tl.constexpr,  # a power of two >= SPLIT: the merge's tl.arange
     NAN_IF_EMPTY: tl.constexpr,
     MAX_SPIN: tl.constexpr,  # bound on the wait for the other chunks (then NaN, never a hang)
     ALIGN: tl.constexpr,  # n_cols and both row strides are multiples of ALIGN (see _alignment)
@@ -840,11 +840,14 @@ def softmax(
             )
         wanted = int(t["split_programs_per_sm"])
         packed, fit = bool(t["split_packed"]), bool(t["split_fit_registers"])
-        stages = int(t["split_stages"]) if packed else 1  # the pipelined loop needs the asm poll
+        stages = int(t["split_window_stages"] if shift > 1 and t["split_window_stages"]
+                     else t["split_stages"])
+        stages = stages if packed else 1  # the pipelined loop needs the PTX poll
         in_asm = packed and (stages > 1 or bool(t["split_poll_asm"]))
+        lanes = max(_pow2(p.split), int(t["split_min_lanes"]))
         cap = {"maxnreg": _register_cap(wanted, p.num_warps)} if t["split_cap_registers"] else {}
         key = (x.device, x.dtype, p.block, p.split, p.num_warps, align, shift, packed,
-               nan_if_empty, configs_pinned(), str(cap), stages, in_asm, t["split_poll_loads"]) if fit else None
+               nan_if_empty, configs_pinned(), str(cap), stages, in_asm, t["split_poll_loads"], lanes) if fit else None
         # as many as the last such launch's registers and shared memory let an SM hold
         per_sm = _SPLIT_FIT.get(key, wanted) if fit else wanted
         slots = max(1, _sm_count(x.device) * per_sm // p.split)
@@ -857,7 +860,7 @@ def softmax(
             count = torch.zeros(n_rows, dtype=torch.int32, device=x.device)
         compiled = _variant(_softmax_split_kernel, _softmax_split_specialised)[(groups * p.split,)](
             x2, y2, part, count, n_rows, n_cols, x2.stride(0), y2.stride(0),
-            CHUNK=p.block, SPLIT=p.split, LANES=_pow2(p.split), NAN_IF_EMPTY=nan_if_empty,
+            CHUNK=p.block, SPLIT=p.split, LANES=lanes, NAN_IF_EMPTY=nan_if_empty,
             MAX_SPIN=int(t["max_spin"]), ALIGN=align, SHIFT=shift, PACKED=packed, STAGES=stages,
             POLL_IN_ASM=in_asm, POLL_LOADS=in_asm and bool(t["split_poll_loads"]), num_warps=p.num_warps, **cap,
         )

@@ -71,10 +71,16 @@ TUNING: dict[str, Any] = {
     # split rows (Nsight Compute: latency). 3 = two buffers, the next row's copy in flight
     # during this whole row. PLAN_TABLE sets it for long rows (2 in fp32, 3 in 16-bit).
     "split_stages": 1,
+    "split_window_stages": 0,  # split_stages for rows as windows (odd rows); 0: the same
     # The packed exchange's poll as one PTX loop per thread (what split_stages > 1 needs) also
     # without pipelining: no block-wide reduction and barrier per poll, only one after it.
     "split_poll_asm": False,
     "split_poll_loads": False,  # with that PTX poll: relaxed loads, not atomics
+    # The merge's lanes (one per chunk) padded to at least this many: with 16 lanes or fewer
+    # over 128 threads each lane's values are replicated 8 times, and ptxas spills under the
+    # register cap (bf16 chunks of 8192 at 96 registers, pipelined: 36 bytes with 8 or 16
+    # lanes, none with 32; ptxas -v).
+    "split_min_lanes": 32,
     # Candidates for the H200 sweep (off by default until measured; bench/softmax.py --tune):
     "chip_chunked": False,  # cover a row by 3 power-of-two chunks when that pads less
     # elements per thread when the row is held as 3 chunks; 0: the same as elems_per_thread
@@ -142,7 +148,7 @@ PLAN_TABLE: list[tuple[int, int, int, dict[str, Any]]] = [
     (4, 32768, 49152, dict(max_on_chip=49152, chip_chunked=True)),
     # Long rows split across programs exchanging (m, d) as one self-flagging word polled in
     # one PTX loop with relaxed loads, the row loop pipelined in 2 stages: chunks of 8192 in
-    # 4 warps, four programs per SM (registers capped at 128).
+    # 4 warps, four programs per SM (registers capped at 128), windows too.
     (4, 49152, 1 << 21, dict(split_packed=True, split_chunk=8192, split_warps=4,
                              split_programs_per_sm=4, split_stages=2, split_poll_loads=True)),
     # rows up to 65 (window width n + 7) as windows; in a layout that cannot take them,
@@ -157,15 +163,15 @@ PLAN_TABLE: list[tuple[int, int, int, dict[str, Any]]] = [
     (2, 16384, 24576, dict(chip_chunked=True, chunk_elems_per_thread=128, chip_stages=3)),
     (2, 24576, 32768, dict(elems_per_thread=64)),
     (2, 32768, 49152, dict(max_on_chip=49152, chip_chunked=True, chunk_elems_per_thread=128)),
-    # Long rows split across programs exchanging (m, d) as one self-flagging word: 8192
-    # elements in 4 warps, five programs per SM (registers capped at 96, 8 bytes spilled);
-    # past 131,072 the poll is one PTX loop of relaxed loads and the row loop is pipelined in
-    # 3 stages (the next row's chunk copied into shared memory while this row waits).
-    (2, 49152, 131072, dict(split_itemsizes=(2, 4), split_packed=True, split_chunk=8192,
-                            split_warps=4, split_programs_per_sm=5)),
-    (2, 131072, 1 << 21, dict(split_itemsizes=(2, 4), split_packed=True, split_chunk=8192,
-                              split_warps=4, split_programs_per_sm=5, split_stages=3,
-                              split_poll_loads=True)),
+    # Long rows split across programs exchanging (m, d) as one self-flagging word polled in
+    # one PTX loop with relaxed loads: 8192 elements in 4 warps, five programs per SM
+    # (registers capped at 96), the row loop pipelined in 3 stages (the next row's chunk
+    # copied into shared memory while this row waits); rows as windows (odd N) not pipelined:
+    # their loose elements make the pipelined kernel spill (44 bytes at 96 registers).
+    (2, 49152, 1 << 21, dict(split_itemsizes=(2, 4), split_packed=True, split_chunk=8192,
+                             split_warps=4, split_programs_per_sm=5, split_stages=3,
+                             split_window_stages=1, split_poll_asm=True,
+                             split_poll_loads=True)),
 ]
 
 
