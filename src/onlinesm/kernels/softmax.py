@@ -847,7 +847,8 @@ def softmax(
         lanes = max(_pow2(p.split), int(t["split_min_lanes"]))
         cap = {"maxnreg": _register_cap(wanted, p.num_warps)} if t["split_cap_registers"] else {}
         key = (x.device, x.dtype, p.block, p.split, p.num_warps, align, shift, packed,
-               nan_if_empty, configs_pinned(), str(cap), stages, in_asm, t["split_poll_loads"], lanes) if fit else None
+               nan_if_empty, configs_pinned(), str(cap), stages, in_asm, t["split_poll_loads"],
+               lanes) if fit else None
         # as many as the last such launch's registers and shared memory let an SM hold
         per_sm = _SPLIT_FIT.get(key, wanted) if fit else wanted
         slots = max(1, _sm_count(x.device) * per_sm // p.split)
