@@ -9,7 +9,7 @@
 #         scale: the thorough matrix on 1 and 2 GPUs (bench/scale.py);
 #         statistical: bench/gpu_statistical.py, false alarms of the statistical tier (20 seeds);
 #         tune: the softmax launch variants side by side (bench/softmax.py --tune; TUNE_NS the
-#         lengths, TUNE_ONLY words that pick variants by name), each
+#         lengths, TUNE_DTYPES the dtypes, TUNE_ONLY words that pick variants by name), each
 #         checked for correctness in the same run; softmax3: three bench runs (medians;
 #         SOFTMAX_NS, SOFTMAX_DTYPES choose the grid);
 #         kernels: the kernel test files compiled on the GPU (SOFTMAX_TESTS: a -k filter), each
@@ -63,7 +63,7 @@ for phase in "$@"; do
       timeout 1500 python3 bench/scale.py --out "$OUT" ${SCALE_ARGS:-} > "$OUT/scale.log" 2>&1
       echo "== scale: rc=$? $((SECONDS - start)) s"; tail -15 "$OUT/scale.log" ;;
     tune)
-      timeout 300 python3 bench/softmax.py --tune --only "${TUNE_ONLY:-}" --dtypes bfloat16,float32 --gb ${SOFTMAX_GB:-0.5} \
+      timeout 300 python3 bench/softmax.py --tune --only "${TUNE_ONLY:-}" --dtypes ${TUNE_DTYPES:-bfloat16,float32} --gb ${SOFTMAX_GB:-0.5} \
         --ns ${TUNE_NS:-1000,3000,4096,12288,32768,49152,65536,131072,262144} --budget-s ${SOFTMAX_BUDGET:-150} > "$OUT/softmax_tune.log" 2>&1
       echo "== softmax tune: rc=$? $((SECONDS - start)) s"; grep -a "^| " "$OUT/softmax_tune.log" | tail -70 ;;
     softmax3)

@@ -142,6 +142,14 @@ TUNING: dict[str, Any] = {
 #: Polls that back off (a failed poll sleeping 64-1024 ns before the next, so that ~1000
 #: polling programs load L2 less) never won: equal at 64 ns, 1-4 points lower at 256 ns, up
 #: to 22 lower at 1024 ns (bf16 and fp32, 50k-262k); not kept.
+#: The wait as one PTX loop of relaxed loads per thread, and the row loop pipelined (the next
+#: row's chunk copied into shared memory while this row waits), with the merge in 32 lanes at
+#: least (fewer spill under the register cap); medians of 3, % of copy: fp32 65,536 /
+#: 131,072 / 262,144 / 524,288 at 91 / 92 / 90 / 85% against 87 / 89 / 87 / 80% (2 stages);
+#: bf16 65,536 / 131,072 / 151,936 / 262,144 / 524,288 at 89 / 89 / 91 / 90 / 81% against
+#: 87 / 86 / 85 / 82 / 57% (3 stages; past 32 chunks the PTX poll does not contend where the
+#: Triton-level one did). 16-bit windows (odd N) spill when pipelined (44 bytes) and stay in
+#: one stage: bf16 50,257 / 100,001 83 / 82% against 81 / 80%, fp16 71 / 71% against 76 / 75%.
 PLAN_TABLE: list[tuple[int, int, int, dict[str, Any]]] = [
     (4, 0, 96, dict(unaligned_elems_per_program=512)),
     (4, 96, 2048, dict(unaligned_elems_per_program=1024)),
