@@ -22,7 +22,7 @@ def _sign(fmt: FloatFormat) -> np.uint64:
 
 def ordinals(x: Any, fmt: FloatFormat) -> np.ndarray:
     """int64 ordinals of ``x`` (already of ``fmt`` or exactly representable in it)."""
-    a = np.asarray(x).astype(fmt.numpy)
+    a = fmt.round(x)
     bits = a.view(fmt.bits_dtype).astype(np.uint64)
     sign = _sign(fmt)
     mag = (bits & (sign - np.uint64(1))).astype(np.int64)

@@ -107,7 +107,7 @@ class AttentionCase:
 
 
 def _round(x: np.ndarray, fmt: FloatFormat) -> np.ndarray:
-    return np.clip(x, -fmt.max, fmt.max).astype(fmt.numpy)
+    return fmt.round(np.clip(x, -fmt.max, fmt.max))
 
 
 def _random_mask(rng: np.random.Generator, b: int, h: int, sq: int, sk: int) -> np.ndarray:

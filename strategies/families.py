@@ -8,7 +8,7 @@ recipe drawn by Hypothesis (:class:`RowRecipe`), so that shrinking simplifies th
 (seed 0, scale 1, shortest prefix, position 0) rather than thousands of values.
 
 Every value of a row is a value of the dtype: rows are built in float64 (or directly as
-ordinals, see ``_bits``) and rounded once with ``.astype(fmt.numpy)``; the family's promise is
+ordinals, see ``_bits``) and rounded once with ``fmt.round``; the family's promise is
 then re-checked on the rounded row (:func:`check_row`), since rounding can merge ties, overflow
 to inf or lift a value above -1e30.
 
@@ -167,7 +167,7 @@ def _round(x: np.ndarray, fmt: FloatFormat) -> np.ndarray:
     x = np.asarray(x, dtype=np.float64)
     finite = np.isfinite(x)
     x = np.where(finite, np.clip(x, -fmt.max, fmt.max), x)
-    return x.astype(fmt.numpy)
+    return fmt.round(x)
 
 
 def _positions(rng: np.random.Generator, n: int, k: int) -> np.ndarray:
@@ -192,7 +192,7 @@ def _check_int_param(family: str, name: str, value: Any, lo: int, hi: int) -> in
 
 def _largest_below(limit: float, fmt: FloatFormat) -> float:
     """The largest value of ``fmt`` strictly below ``limit``."""
-    r = np.asarray(limit).astype(fmt.numpy)
+    r = fmt.round(float(limit))
     if float(r) >= limit:
         r = from_ordinals(ordinals(r, fmt) - 1, fmt)
     return float(r)
@@ -255,7 +255,7 @@ def _below_sentinel(n, fmt, rng, s, p):
             x[_positions(rng, n, min(n, 2))] = -base
         row = _round(x, fmt)
         ceiling = _largest_below(SENTINEL, fmt)
-        return np.minimum(row, np.asarray(ceiling).astype(fmt.numpy))
+        return np.minimum(row, fmt.round(ceiling))
     # float16 cannot reach -1e30: stay near its most negative finite value instead
     x = -fmt.max * rng.uniform(0.5, 1.0, n)
     if rng.random() < 0.5:
@@ -426,7 +426,7 @@ def generate_row(family: str, length: int, dtype: Any, rng: np.random.Generator,
     if p:
         raise InvalidArgument(f"unexpected parameter(s) {sorted(p)} for family {family!r}; "
                               "see generate_row's docstring for each family's parameters")
-    row = np.ascontiguousarray(row, dtype=fmt.numpy)
+    row = np.ascontiguousarray(fmt.round(row))  # generators return fmt values; rounded once if not
     problems = check_row(family, row, fmt)
     assert not problems, f"onlinesm bug: {family} row broke its promise: {problems}"
     return row

@@ -55,7 +55,7 @@ def edge_values(dtype: Any) -> tuple[float, ...]:
         values += [v, -v]
     out: list[float] = []
     for v in values:
-        exact = float(np.asarray(v, dtype=np.float64).astype(fmt.numpy))
+        exact = float(fmt.round(float(v)))
         assert exact == v and math.isfinite(exact), (fmt.name, v)
         if not any(exact == w and math.copysign(1, exact) == math.copysign(1, w) for w in out):
             out.append(exact)
@@ -67,7 +67,7 @@ def _round_inwards(bound: float, fmt: FloatFormat, *, up: bool) -> float:
     if math.isinf(bound):
         return bound
     clipped = min(max(bound, -fmt.max), fmt.max)
-    r = float(np.asarray(clipped).astype(fmt.numpy))
+    r = float(fmt.round(float(clipped)))
     if up and r < bound:
         r = float(from_ordinals(ordinals(r, fmt) + 1, fmt))
     if not up and r > bound:
@@ -195,5 +195,5 @@ def arrays_of(
     unique = check_bool("unique", unique)
     # Drawn as float64 (every value is exact in fmt), then converted without rounding.
     return hnp.arrays(np.float64, shape, elements=elements, unique=unique).map(
-        lambda a: a.astype(fmt.numpy)
+        lambda a: fmt.round(a)
     )

@@ -80,3 +80,44 @@ def test_round_to_rounds_to_nearest_even() -> None:
     # 1 + 2**-8 lies exactly between two bf16 values (1 and 1 + 2**-7): ties go to even (1).
     assert float(round_to(1 + 2.0**-8, "bf16")) == 1.0
     assert float(round_to(1 + 3 * 2.0**-8, "bf16")) == 1 + 2 * 2.0**-7
+
+
+def _exact_rounding(a: float, fmt_name: str) -> float:
+    """``a`` rounded once to the format, in exact rational arithmetic (the oracle)."""
+    from fractions import Fraction
+    import math
+
+    fmt = resolve(fmt_name)
+    if not math.isfinite(a) or a == 0:
+        return a
+    _, e = math.frexp(abs(a))  # |a| in [2**(e-1), 2**e)
+    min_exp = math.frexp(fmt.tiny)[1]  # below tiny the spacing stops shrinking
+    spacing = Fraction(2) ** (max(e, min_exp) - fmt.precision)
+    q = Fraction(abs(a)) / spacing
+    r = float(round(q) * spacing)  # round() on a Fraction: to nearest, ties to even
+    top = Fraction(fmt.max) + spacing / 2  # past max + half an ulp: overflow
+    if Fraction(abs(a)) >= top:
+        r = math.inf
+    return math.copysign(r, a)
+
+
+@pytest.mark.parametrize("name", ["bfloat16", "float16", "float32"])
+def test_round_to_rounds_float64_once(name: str) -> None:
+    # Values on, beside and just past the halfway points of the format (where rounding twice,
+    # through float32, goes wrong), across the whole range, subnormals and overflow included.
+    fmt = resolve(name)
+    rng = np.random.default_rng(7)
+    base = rng.standard_normal(300) * np.exp2(rng.integers(-140, 128, 300).astype(float))
+    grid = [float(v) for v in round_to(base, name).astype(np.float64) if np.isfinite(v)]
+    values = []
+    for v in grid:
+        half = float(ulp(v, name)) / 2
+        for off in (half, -half, half * (1 + 2.0**-30), half * (1 - 2.0**-30), half * 0.25):
+            values.append(v + off)
+    values += [fmt.max + float(ulp(fmt.max, name)) / 2 * s for s in (0.999, 1.0, 1.001)]
+    values += [fmt.smallest_subnormal * f for f in (0.5, 0.5000001, 0.4999999, 1.5, 2.5)]
+    values += [1e-300, -1e-300, 1e300]
+    got = round_to(np.array(values), name).astype(np.float64)
+    want = np.array([_exact_rounding(v, name) for v in values])
+    bad = np.flatnonzero(~((got == want) & (np.signbit(got) == np.signbit(want))))
+    assert bad.size == 0, [(values[i], got[i], want[i]) for i in bad[:5]]

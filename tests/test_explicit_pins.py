@@ -21,8 +21,10 @@ PINNED: dict[str, str] = {
     "at/float32/gqa=False": "96721476eb614fd0",
     "at/float32/gqa=True": "0cc639a59340b5f5",
     "sm/bfloat16": "9c878b63227e04e5",
-    "at/bfloat16/gqa=False": "ac875b5d73af2a4b",
-    "at/bfloat16/gqa=True": "9c02bf55ec65bed0",
+    # re-pinned when float64 -> bf16 became one rounding (FloatFormat.round) instead of two
+    # through float32 (ml_dtypes before 0.7): a key of the key_padding case moved one bf16 step
+    "at/bfloat16/gqa=False": "f99a02e3fc93a5ef",
+    "at/bfloat16/gqa=True": "6d94588e90c18c5d",
     "sm/float16": "086a9e0d6b680ac7",
     "at/float16/gqa=False": "c01b20fe9ce73e98",
     "at/float16/gqa=True": "970ebe1a63a0c909",

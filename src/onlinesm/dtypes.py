@@ -65,6 +65,34 @@ class FloatFormat:
     def bits(self) -> int:
         return self.numpy.itemsize * 8
 
+    def round(self, x: Any) -> np.ndarray:
+        """``x`` rounded to this format once (to nearest, ties to even), as its numpy type.
+
+        The same bits whatever the numpy and ml_dtypes versions: numpy rounds float64 to
+        float32 and float16 once, but ml_dtypes rounded float64 to bfloat16 through float32
+        before 0.7 (twice: a value just past a bf16 tie could land on the wrong side) and
+        once since. Here float64 goes to bfloat16 through float32 rounded *to odd*, which
+        makes the second rounding exact (float32 has 16 more bits than bf16; 2 suffice).
+
+        >>> x = 1 + 2**-8 + 2**-30  # just past the tie between 1 and 1 + 2**-7
+        >>> float(resolve("bf16").round(x)), float(resolve("bf16").round(1 + 2**-8))
+        (1.0078125, 1.0)
+        """
+        a = np.asarray(x)
+        if self.name != "bfloat16" or a.dtype != np.float64:
+            with np.errstate(over="ignore"):  # past the format's range: inf, as it should
+                return a.astype(self.numpy)
+        with np.errstate(over="ignore", invalid="ignore"):
+            f = a.astype(np.float32)  # to nearest; now make it round to odd:
+            back = f.astype(np.float64)
+            inexact = (back != a) & ~np.isnan(a)
+            # rounded away from zero: step back one float32 toward zero (inf: to the max) ...
+            f = np.where(inexact & (np.abs(back) > np.abs(a)), np.nextafter(f, np.float32(0)), f)
+        # ... then an inexact value gets its last bit set: it lies strictly between two bf16
+        # halfway points exactly when the exact value does
+        odd = np.asarray(f, dtype=np.float32).view(np.uint32) | inexact.astype(np.uint32)
+        return odd.view(np.float32).astype(self.numpy)
+
     @property
     def torch(self) -> Any:
         """The matching ``torch.dtype`` (imports torch on first use)."""
@@ -154,9 +182,13 @@ def ulp(x: Any, dtype: Any) -> np.ndarray:
 
 
 def round_to(x: Any, dtype: Any) -> np.ndarray:
-    """Round ``x`` to ``dtype`` (round to nearest even) and return it as that numpy type."""
-    fmt = resolve(dtype)
-    return np.asarray(x).astype(fmt.numpy)
+    """Round ``x`` to ``dtype`` once (to nearest, ties to even) and return it as that numpy
+    type (see :meth:`FloatFormat.round`).
+
+    >>> float(round_to(1 / 3, "bf16"))
+    0.333984375
+    """
+    return resolve(dtype).round(x)
 
 
 def to_numpy(t: Any) -> np.ndarray:

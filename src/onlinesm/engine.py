@@ -101,10 +101,10 @@ def simplest_input(op: str, domain: Domain) -> Any:
     >>> simplest_input("softmax", Domain(dtypes=("bfloat16",))).dtype
     dtype(bfloat16)
     """
-    dtype = resolve(domain.dtypes[0]).numpy
+    fmt = resolve(domain.dtypes[0])
     if op == "softmax":
         n = min(max(4, domain.min_len), domain.max_len)
-        return (np.arange(n) % 8).astype(np.float64).astype(dtype)[None, :]
+        return fmt.round((np.arange(n) % 8).astype(np.float64))[None, :]
     step = domain.seq_multiple
 
     def length(lo: int, hi: int) -> int:
@@ -121,7 +121,7 @@ def simplest_input(op: str, domain: Domain) -> Any:
         sq = sk = max(sq, sk)
     d = min(domain.head_dims)
     rng = np.random.default_rng(0)
-    q, k, v = (rng.standard_normal((1, 1, s, d)).astype(dtype) for s in (sq, sk, sk))
+    q, k, v = (fmt.round(rng.standard_normal((1, 1, s, d))) for s in (sq, sk, sk))
     return AttentionInputs(q, k, v)
 
 

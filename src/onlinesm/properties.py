@@ -319,7 +319,7 @@ def _exact_shift(x: np.ndarray) -> float | None:
             s = xf + c
             bv = s - xf  # TwoSum: s + err == xf + c exactly
             err = (xf - (s - bv)) + (c - bv)
-            if np.all(np.isfinite(s)) and np.all(err == 0) and np.all(s.astype(fmt.numpy).astype(np.float64) == s):
+            if np.all(np.isfinite(s)) and np.all(err == 0) and np.all(fmt.round(s).astype(np.float64) == s):
                 return c
     return None
 
@@ -607,8 +607,8 @@ def attention_masked_invisible(kernel: Kernel, inp: AttentionInputs, conv: Conve
     poison = min(fmt.max / 4, 3.0e4 if fmt.name == "float16" else 1.0e30)
     k, v = inp.k.copy(), inp.v.copy()
     for b, j in np.argwhere(hidden_all):
-        k[b, :, j] = np.asarray(poison).astype(fmt.numpy)
-        v[b, :, j] = np.asarray(-poison).astype(fmt.numpy)
+        k[b, :, j] = fmt.round(poison)
+        v[b, :, j] = fmt.round(-poison)
     poisoned = dataclasses.replace(inp, k=k, v=v)
     o, _ = kernel.attention(poisoned, want_lse=False)
     ob, _ = _attention_exact(inp, conv)

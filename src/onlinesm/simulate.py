@@ -106,7 +106,7 @@ def simulate_softmax(x: Any, *, numerics: Numerics = Numerics(), rng: np.random.
     x = np.asarray(x)
     acc = _acc(x, numerics)
     y = tiled_recurrence(x.astype(acc), acc, tile, lambda z: perturbed_exp(z, acc, numerics, rng))
-    return y.astype(x.dtype if out_dtype is None else resolve(out_dtype).numpy)
+    return resolve(x.dtype if out_dtype is None else out_dtype).round(y)
 
 
 def simulate_attention(
@@ -157,5 +157,5 @@ def simulate_attention(
         pv = pv.astype(acc)
         o = ((o * alpha).astype(acc) + pv).astype(acc)
         m = m_new
-    out = q.dtype if out_dtype is None else resolve(out_dtype).numpy
-    return _divide(o, d).astype(acc).astype(out)
+    out = resolve(q.dtype if out_dtype is None else out_dtype)
+    return out.round(_divide(o, d).astype(acc))

@@ -647,7 +647,7 @@ def compare_kernels(
                 a_new = new(c.q, c.k, c.v, c.mask, c.causal, c.scale)
                 a_old = old(c.q, c.k, c.v, c.mask, c.causal, c.scale)
             un, uo = _units(a_new, exact, dt, width), _units(a_old, exact, dt, width)
-            rounded = _units(exact.astype(resolve(dt).numpy), exact, dt, width)
+            rounded = _units(resolve(dt).round(exact), exact, dt, width)
             live = un.scale > 0
             lr = _log_ratio(un.rmse[live], uo.rmse[live], un.scale[live], dt)
             mean, lo = lower_bound_mean(lr, level)

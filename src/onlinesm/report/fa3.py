@@ -46,7 +46,7 @@ def outlier_inputs(rng: np.random.Generator, shape: tuple[int, int, int, int],
     for _ in range(3):
         t = rng.standard_normal(shape)
         t += rng.standard_normal(shape) * 10.0 * (rng.random(shape) < 0.001)
-        out.append(np.clip(t, -fmt.max, fmt.max).astype(fmt.numpy))
+        out.append(fmt.round(np.clip(t, -fmt.max, fmt.max)))
     return out[0], out[1], out[2]
 
 
