@@ -61,14 +61,17 @@ def variants(n: int, itemsize: int) -> list[tuple[str, dict[str, Any]]]:
       wait). Without ``packed`` the chunks exchange (m, d) through two words and a counter;
       ``... packed``: as one 64-bit word that is its own ready flag, one store and one read
       per poll instead of a fence, a count, a poll and a read: shipped for long rows in
-      chunks of 8192 in 4 warps (c8192 w4 x5 for 16-bit rows, x4 for fp32). The shipped plan compiles the split kernel with a register cap that lets its programs per
-      SM fit and sizes the grid by the registers it got; ``split uncapped``: without the cap
-      (fp32 windows in chunks of 16,384 take 152 registers, one program per SM where the plan
-      wants two). ``... asm``: the wait as one PTX loop per thread (no barrier per poll),
-      polling with atomics, or with relaxed loads for ``loads``; ``... st2`` / ``st3``: with
-      that poll, the row loop software-pipelined in 2 / 3 stages (the next row's chunk copied
-      into shared memory while this row reduces, waits and stores). Shipped: fp32 rows past
-      49,152 ``st2 loads``, 16-bit rows past 131,072 ``st3 loads``.
+      chunks of 8192 in 4 warps (c8192 w4 x5 for 16-bit rows, x4 for fp32). The shipped
+      plan compiles the split kernel with a register cap that lets its programs per SM fit
+      and sizes the grid by the registers it got; ``split uncapped``: without the cap (fp32
+      windows in chunks of 16,384 take 152 registers, one program per SM where the plan wants
+      two). ``... asm``: the wait as one PTX loop per thread (no barrier per poll), polling
+      with atomics, or with relaxed loads for ``loads``; ``... st2`` / ``st3``: with that
+      poll, the row loop software-pipelined in 2 / 3 stages (the next row's chunk copied into
+      shared memory while this row reduces, waits and stores); ``... l32``: the merge in 32
+      lanes at least (fewer lanes spill under the register cap). Shipped (the plan column
+      says which): fp32 rows past 49,152 ``st2 loads``, 16-bit rows ``st3 loads`` (their
+      windows ``asm loads``), all in 32 lanes at least.
     """
     out: list[tuple[str, dict[str, Any]]] = []
     if n % (16 // itemsize) and n <= 4096:  # odd short rows: one per program, as a window
@@ -242,9 +245,11 @@ def main() -> None:
                 row[name] = gbps(nbytes, ms)
                 row[f"{name}_err"] = (abs_err, rel_err)
             # The launch softmax(x) makes (rows off the vector boundary plan differently).
-            plan, _, _, shift = sm._launch_plan(x, x, "auto", None, None, None)
+            plan, knobs, _, shift = sm._launch_plan(x, x, "auto", None, None, None)
             row["plan"] = (f"{plan.path} b{plan.block}" + (f"x{plan.chunks}" if plan.chunks > 1 else "")
-                           + f" r{plan.rows_per_program} s{plan.split} w{plan.num_warps} st{plan.stages}"
+                           + f" r{plan.rows_per_program} s{plan.split} w{plan.num_warps}"
+                           + (f" {sm.split_exchange(knobs, plan.split, shift > 1)}"
+                              if plan.path == "split" else f" st{plan.stages}")
                            + (f" win{shift}" if shift > 1 else ""))
             results.append(row)
             del x

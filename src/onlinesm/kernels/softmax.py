@@ -79,10 +79,10 @@ from onlinesm.kernels.softmax_plan import (
     PATHS,
     Plan,
     _programs_that_fit,
-    _pow2,
     _register_cap,
     _tuning,
     plan,
+    split_exchange,
 )
 
 from onlinesm.kernels import interpreting
@@ -839,21 +839,15 @@ def softmax(
                 "them one at a time. Use path='stream' (or 'auto') under TRITON_INTERPRET=1"
             )
         wanted = int(t["split_programs_per_sm"])
-        packed, fit = bool(t["split_packed"]), bool(t["split_fit_registers"])
-        stages = int(t["split_window_stages"] if shift > 1 and t["split_window_stages"]
-                     else t["split_stages"])
-        stages = stages if packed else 1  # the pipelined loop needs the PTX poll
-        in_asm = packed and (stages > 1 or bool(t["split_poll_asm"]))
-        lanes = max(_pow2(p.split), int(t["split_min_lanes"]))
+        ex, fit = split_exchange(t, p.split, shift > 1), bool(t["split_fit_registers"])
         cap = {"maxnreg": _register_cap(wanted, p.num_warps)} if t["split_cap_registers"] else {}
-        key = (x.device, x.dtype, p.block, p.split, p.num_warps, align, shift, packed,
-               nan_if_empty, configs_pinned(), str(cap), stages, in_asm, t["split_poll_loads"],
-               lanes) if fit else None
+        key = (x.device, x.dtype, p.block, p.split, p.num_warps, align, shift, ex,
+               nan_if_empty, configs_pinned(), str(cap)) if fit else None
         # as many as the last such launch's registers and shared memory let an SM hold
         per_sm = _SPLIT_FIT.get(key, wanted) if fit else wanted
         slots = max(1, _sm_count(x.device) * per_sm // p.split)
         groups = min(n_rows, slots)
-        if packed:  # one word per chunk, -1 until written (see _exchange_packed)
+        if ex.packed:  # one word per chunk, -1 until written (see _exchange_packed)
             part = torch.full((n_rows * p.split,), -1, dtype=torch.int64, device=x.device)
             count = part  # unused
         else:
@@ -861,9 +855,10 @@ def softmax(
             count = torch.zeros(n_rows, dtype=torch.int32, device=x.device)
         compiled = _variant(_softmax_split_kernel, _softmax_split_specialised)[(groups * p.split,)](
             x2, y2, part, count, n_rows, n_cols, x2.stride(0), y2.stride(0),
-            CHUNK=p.block, SPLIT=p.split, LANES=lanes, NAN_IF_EMPTY=nan_if_empty,
-            MAX_SPIN=int(t["max_spin"]), ALIGN=align, SHIFT=shift, PACKED=packed, STAGES=stages,
-            POLL_IN_ASM=in_asm, POLL_LOADS=in_asm and bool(t["split_poll_loads"]), num_warps=p.num_warps, **cap,
+            CHUNK=p.block, SPLIT=p.split, LANES=ex.lanes, NAN_IF_EMPTY=nan_if_empty,
+            MAX_SPIN=int(t["max_spin"]), ALIGN=align, SHIFT=shift, PACKED=ex.packed,
+            STAGES=ex.stages, POLL_IN_ASM=ex.poll_in_asm, POLL_LOADS=ex.poll_loads,
+            num_warps=p.num_warps, **cap,
         )
         if fit:
             props = torch.cuda.get_device_properties(x.device)

@@ -21,7 +21,7 @@ from typing import Any
 
 from onlinesm.kernels import interpreting
 
-__all__ = ["TUNING", "PLAN_TABLE", "PATHS", "Plan", "plan"]
+__all__ = ["TUNING", "PLAN_TABLE", "PATHS", "Plan", "plan", "SplitExchange", "split_exchange"]
 
 #: The kernels a plan can name; "auto" lets :func:`plan` choose.
 PATHS = ("auto", "on_chip", "stream", "split")
@@ -280,6 +280,43 @@ def plan(
         chunk = _pow2(tile if tile is not None else min(int(t["split_chunk"]), _pow2(n_cols)))
         return Plan("split", chunk, 1, -(-n_cols // chunk), int(t["split_warps"]))
     raise ValueError(f"path={path!r} is not one of {PATHS}; use 'auto' unless testing a kernel")
+
+
+@dataclasses.dataclass(frozen=True)
+class SplitExchange:
+    """How a split row's programs exchange and wait (see :func:`split_exchange`)."""
+
+    packed: bool  # (m, d) as one self-flagging 64-bit word, not two words and a counter
+    stages: int  # > 1: the row loop software-pipelined (packed only)
+    poll_in_asm: bool  # the wait as one PTX loop per thread (packed only)
+    poll_loads: bool  # that loop reads with relaxed loads, not atomics
+    lanes: int  # the merge's lanes: a power of two >= the chunks of a row
+
+    def __str__(self) -> str:
+        if not self.packed:
+            return f"counter l{self.lanes}"
+        poll = "poll"  # the Triton-level loop of atomic reads
+        if self.poll_in_asm:
+            poll = "asm loads" if self.poll_loads else "asm atomics"
+        return f"packed st{self.stages} {poll} l{self.lanes}"
+
+
+def split_exchange(t: dict[str, Any], split: int, windowed: bool) -> SplitExchange:
+    """The exchange the split kernel runs for rows of ``split`` chunks under the knobs ``t``
+    (``windowed``: rows as aligned windows, odd N), one place for the launcher and the bench.
+
+    >>> str(split_exchange(_tuning(131072, 2, "auto", None), 16, False))
+    'packed st3 asm loads l32'
+    >>> str(split_exchange(_tuning(100001, 2, "auto", None), 13, True))
+    'packed st1 asm loads l32'
+    """
+    packed = bool(t["split_packed"])
+    stages = int(t["split_window_stages"] if windowed and t["split_window_stages"]
+                 else t["split_stages"])
+    stages = stages if packed else 1  # the pipelined loop needs the PTX poll
+    in_asm = packed and (stages > 1 or bool(t["split_poll_asm"]))
+    return SplitExchange(packed, stages, in_asm, in_asm and bool(t["split_poll_loads"]),
+                         max(_pow2(split), int(t["split_min_lanes"])))
 
 
 def _programs_that_fit(wanted: int, n_regs: int, num_warps: int, regs_per_sm: int = 65536,
