@@ -715,3 +715,39 @@ def test_every_on_chip_tune_candidate_is_correct(dtype, n):
             check(t, softmax(t, **kw))
         except AssertionError as err:
             raise AssertionError(f"candidate {name!r} ({kw}): {err}") from None
+
+
+def _split_ptxas(*args: str) -> list[dict]:
+    """bench/split_ptxas.py's launches (compiled for sm_90a offline, ptxas -v), as dicts."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    pytest.importorskip("triton.backends.nvidia.compiler")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    script = Path(__file__).parents[1] / "bench" / "split_ptxas.py"
+    out = subprocess.run([sys.executable, str(script), "--json", *args], capture_output=True,
+                         text=True, env=env, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    return [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+
+
+def test_the_shipped_split_launches_do_not_spill():
+    # Split rows are latency-bound: a spill under the register cap cost bf16 131,072 a fifth
+    # of its bandwidth on the H200. Every shipped exchange: pipelined in 3 stages (16-bit) or
+    # 2 (fp32), windows, 32 and 128 lanes.
+    rows = _split_ptxas("--dtypes", "bfloat16,float16,float32", "--ns", "65536,100001,1048576")
+    assert len(rows) == 9
+    for r in rows:
+        assert r["options"]["POLL_IN_ASM"] and r["options"]["PACKED"], r["options"]
+        assert r["registers"] <= r["options"]["maxnreg"], r
+        assert r["spill_bytes"] == 0, (r["dtype"], r["n"], r["options"], r["spill_bytes"])
+
+
+def test_the_spill_audit_sees_a_spill():
+    # Eight programs per SM cap the pipelined kernel at 64 registers: it must spill.
+    (r,) = _split_ptxas("--dtypes", "bfloat16", "--ns", "131072",
+                        "--tuning", '{"split_programs_per_sm": 8}')
+    assert r["options"]["maxnreg"] == 64 and r["spill_bytes"] > 0, r

@@ -839,27 +839,21 @@ def softmax(
                 "them one at a time. Use path='stream' (or 'auto') under TRITON_INTERPRET=1"
             )
         wanted = int(t["split_programs_per_sm"])
-        ex, fit = split_exchange(t, p.split, shift > 1), bool(t["split_fit_registers"])
-        cap = {"maxnreg": _register_cap(wanted, p.num_warps)} if t["split_cap_registers"] else {}
-        key = (x.device, x.dtype, p.block, p.split, p.num_warps, align, shift, ex,
-               nan_if_empty, configs_pinned(), str(cap)) if fit else None
+        options = _split_options(p, t, align, shift, nan_if_empty)
+        fit = bool(t["split_fit_registers"])
+        key = (x.device, x.dtype, configs_pinned(), *sorted(options.items())) if fit else None
         # as many as the last such launch's registers and shared memory let an SM hold
         per_sm = _SPLIT_FIT.get(key, wanted) if fit else wanted
         slots = max(1, _sm_count(x.device) * per_sm // p.split)
         groups = min(n_rows, slots)
-        if ex.packed:  # one word per chunk, -1 until written (see _exchange_packed)
+        if options["PACKED"]:  # one word per chunk, -1 until written (see _exchange_packed)
             part = torch.full((n_rows * p.split,), -1, dtype=torch.int64, device=x.device)
             count = part  # unused
         else:
             part = torch.empty(n_rows * p.split * 2, dtype=torch.float32, device=x.device)
             count = torch.zeros(n_rows, dtype=torch.int32, device=x.device)
         compiled = _variant(_softmax_split_kernel, _softmax_split_specialised)[(groups * p.split,)](
-            x2, y2, part, count, n_rows, n_cols, x2.stride(0), y2.stride(0),
-            CHUNK=p.block, SPLIT=p.split, LANES=ex.lanes, NAN_IF_EMPTY=nan_if_empty,
-            MAX_SPIN=int(t["max_spin"]), ALIGN=align, SHIFT=shift, PACKED=ex.packed,
-            STAGES=ex.stages, POLL_IN_ASM=ex.poll_in_asm, POLL_LOADS=ex.poll_loads,
-            num_warps=p.num_warps, **cap,
-        )
+            x2, y2, part, count, n_rows, n_cols, x2.stride(0), y2.stride(0), **options)
         if fit:
             props = torch.cuda.get_device_properties(x.device)
             _SPLIT_FIT[key] = _programs_that_fit(
@@ -871,9 +865,22 @@ def softmax(
     return y2.reshape(x.shape)
 
 
-#: Programs per SM for split launches, by launch (device, dtype, chunk, split, warps, ALIGN,
-#: SHIFT, exchange, fully-masked convention, check mode), from the registers of the kernel the
-#: last such launch compiled (with TUNING["split_fit_registers"]).
+def _split_options(p: Plan, t: dict[str, Any], align: int, shift: int,
+                   nan_if_empty: bool) -> dict[str, Any]:
+    """The split kernel's constexprs, num_warps and register cap (maxnreg) for plan ``p`` under
+    the knobs ``t``: what the launcher passes, and what bench/split_ptxas.py compiles offline."""
+    ex = split_exchange(t, p.split, shift > 1)
+    per_sm = int(t["split_programs_per_sm"])
+    return dict(
+        CHUNK=p.block, SPLIT=p.split, LANES=ex.lanes, NAN_IF_EMPTY=nan_if_empty,
+        MAX_SPIN=int(t["max_spin"]), ALIGN=align, SHIFT=shift, PACKED=ex.packed, STAGES=ex.stages,
+        POLL_IN_ASM=ex.poll_in_asm, POLL_LOADS=ex.poll_loads, num_warps=p.num_warps,
+        **({"maxnreg": _register_cap(per_sm, p.num_warps)} if t["split_cap_registers"] else {}))
+
+
+#: Programs per SM for split launches, by launch (device, dtype, check mode and the launch's
+#: options: constexprs, warps, register cap), from the registers and shared memory of the
+#: kernel the last such launch compiled (with TUNING["split_fit_registers"]).
 _SPLIT_FIT: dict[tuple[Any, ...], int] = {}
 
 

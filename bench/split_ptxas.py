@@ -1,0 +1,123 @@
+"""Registers, spills and shared memory of the split softmax kernel, compiled for sm_90 offline.
+
+What: for each dtype and row length, takes the launch the launcher would make on a GPU (its
+plan, knobs and ``_split_options``: constexprs, warps, register cap), compiles the split
+kernel for sm_90a with Triton (no device needed) and runs ``ptxas -v`` on the PTX.
+
+Why: split rows are latency-bound, so a spill under the register cap is expensive: bf16
+131,072 pipelined with 16 merge lanes spilled 36 bytes (Nsight Compute: 1.6 M local-memory
+requests) and ran at 70% of copy bandwidth, 90% without the spill. This finds such a spill
+on any machine (tests/test_kernel_softmax.py runs it on the shipped plan).
+
+    python bench/split_ptxas.py                                   # the shipped long rows
+    python bench/split_ptxas.py --dtypes bfloat16 --ns 131072 --tuning '{"split_min_lanes": 1}'
+
+Needs torch and triton (any machine: CPU builds do); not under TRITON_INTERPRET.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import os
+import re
+import subprocess
+import tempfile
+from typing import Any
+
+__all__ = ["compile_split", "main"]
+
+#: row lengths that cover the shipped split plan: aligned and windowed (odd), few and many chunks
+NS = (65536, 100001, 262144, 1048576)
+
+_POINTERS = {"bfloat16": "*bf16", "float16": "*fp16", "float32": "*fp32"}
+
+
+def compile_split(dtype: str, n: int, tuning: dict[str, Any] | None = None,
+                  nan_if_empty: bool = False, sms: int = 132) -> dict[str, Any]:
+    """The split launch for rows of ``n`` in ``dtype`` (contiguous) on a GPU of ``sms`` SMs
+    (an H200's 132), compiled for sm_90a:
+    ``{"options", "registers", "spill_bytes", "shared"}`` (spill_bytes: ptxas's spill stores).
+
+    >>> r = compile_split("bfloat16", 131072)  # doctest: +SKIP
+    >>> r["spill_bytes"], r["options"]["STAGES"]  # doctest: +SKIP
+    (0, 3)
+    """
+    import torch
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.backends.nvidia.compiler import get_ptxas
+
+    sm = importlib.import_module("onlinesm.kernels.softmax")
+    x = torch.empty(1, n, dtype=getattr(torch, dtype))
+    sm_count, sm._sm_count = sm._sm_count, lambda device: sms  # the GPU this plans for
+    try:
+        p, t, align, shift = sm._launch_plan(x, x, "auto", None, None, tuning)
+    finally:
+        sm._sm_count = sm_count
+    if p.path != "split":
+        raise ValueError(f"rows of {n} in {dtype} are planned as {p.path!r}, not split")
+    options = sm._split_options(p, t, align, shift, nan_if_empty)
+    fn = sm._softmax_split_specialised
+    names = list(fn.arg_names)
+    packed = options["PACKED"]
+    types = {"x_ptr": _POINTERS[dtype], "y_ptr": _POINTERS[dtype],
+             "part_ptr": "*i64" if packed else "*fp32", "count_ptr": "*i64" if packed else "*i32"}
+    constexprs = {k: v for k, v in options.items() if k in names}
+    signature = {a: types.get(a, "constexpr" if a in constexprs else "i32") for a in names}
+    # what the JIT sees at launch: 16-byte aligned pointers, and the integers that are
+    # multiples of 16 (the row length and the contiguous strides)
+    aligned = [a for a in types] + (["n_cols", "stride_xm", "stride_ym"] if n % 16 == 0 else [])
+    attrs = {(names.index(a),): [["tt.divisibility", 16]] for a in aligned}
+    compiled = triton.compile(
+        triton.compiler.ASTSource(fn, signature, constexprs=constexprs, attrs=attrs),
+        target=GPUTarget("cuda", 90, 128),
+        options={k: v for k, v in options.items() if k in ("num_warps", "maxnreg")})
+    with tempfile.TemporaryDirectory() as tmp:
+        ptx = os.path.join(tmp, "split.ptx")
+        with open(ptx, "w") as f:
+            f.write(compiled.asm["ptx"])
+        out = subprocess.run([get_ptxas(90).path, "-arch=sm_90a", "-v", ptx, "-o",
+                              os.path.join(tmp, "split.cubin")], capture_output=True, text=True)
+    report = out.stdout + out.stderr
+    if out.returncode != 0:
+        raise RuntimeError(f"ptxas failed on the split kernel: {report.strip()[-300:]}")
+    registers = re.search(r"Used (\d+) registers", report)
+    spills = re.search(r"(\d+) bytes spill stores", report)
+    return dict(options=options, registers=int(registers.group(1)) if registers else None,
+                spill_bytes=int(spills.group(1)) if spills else 0,
+                shared=int(getattr(compiled.metadata, "shared", 0)))
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--dtypes", default="bfloat16,float16,float32")
+    ap.add_argument("--ns", default=",".join(str(n) for n in NS))
+    ap.add_argument("--tuning", default="", help="knobs over the plan's, as JSON")
+    ap.add_argument("--json", action="store_true", help="one JSON object per launch instead")
+    args = ap.parse_args(argv)
+    if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
+        raise SystemExit("bench/split_ptxas.py compiles for a GPU: run it without TRITON_INTERPRET")
+    tuning = json.loads(args.tuning) if args.tuning else None
+    if not args.json:
+        print("| dtype | N | chunks | warps | cap | exchange | registers | spill bytes | shared |")
+        print("|---|---|---|---|---|---|---|---|---|")
+    for dtype in args.dtypes.split(","):
+        for n in (int(v) for v in args.ns.split(",")):
+            r = compile_split(dtype, n, tuning)
+            o = r["options"]
+            if args.json:
+                print(json.dumps(dict(dtype=dtype, n=n, **r)), flush=True)
+                continue
+            exchange = (f"{'packed' if o['PACKED'] else 'counter'} st{o['STAGES']}"
+                        + (" asm" if o["POLL_IN_ASM"] else "") + (" loads" if o["POLL_LOADS"] else "")
+                        + f" l{o['LANES']}" + (f" win{o['SHIFT']}" if o["SHIFT"] > 1 else ""))
+            print(f"| {dtype} | {n:,} | {o['SPLIT']} x {o['CHUNK']} | {o['num_warps']} | "
+                  f"{o.get('maxnreg', '-')} | {exchange} | {r['registers']} | {r['spill_bytes']} "
+                  f"| {r['shared']:,} |", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
