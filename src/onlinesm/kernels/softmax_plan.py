@@ -77,9 +77,9 @@ TUNING: dict[str, Any] = {
     "split_poll_asm": False,
     "split_poll_loads": False,  # with that PTX poll: relaxed loads, not atomics
     # The merge's lanes (one per chunk) padded to at least this many: with 16 lanes or fewer
-    # over 128 threads each lane's values are replicated 8 times, and ptxas spills under the
-    # register cap (bf16 chunks of 8192 at 96 registers, pipelined: 36 bytes with 8 or 16
-    # lanes, none with 32; ptxas -v).
+    # over 128 threads each lane's values are held 8 or more times over, and ptxas (triton
+    # 3.6) spills under the register cap (bf16 chunks of 8192 at 96 registers, pipelined: 36
+    # bytes with 8 or 16 lanes, none with 32; bench/split_ptxas.py).
     "split_min_lanes": 32,
     # Candidates for the H200 sweep (off by default until measured; bench/softmax.py --tune):
     "chip_chunked": False,  # cover a row by 3 power-of-two chunks when that pads less
