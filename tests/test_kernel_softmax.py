@@ -629,8 +629,8 @@ def test_split_register_cap_lets_the_planned_programs_share_an_sm():
     # PTX poll), polling with atomics or loads, in as many lanes as chunks or in 32
     dict(split_stages=1, split_poll_asm=False), dict(split_stages=3, split_window_stages=3),
     dict(split_stages=2, split_window_stages=2, split_poll_loads=False),
-    dict(split_min_lanes=1), dict(split_stages=3, split_chunk=4096, split_programs_per_sm=8)],
-    ids=str)
+    dict(split_min_lanes=1), dict(split_stages=3, split_chunk=4096, split_programs_per_sm=8),
+    dict(split_chunk=4096, split_warps=2, split_programs_per_sm=10)], ids=str)
 def test_gpu_split_variants_stay_correct(dtype, knobs):
     # Registers capped (fp32 windows spill to fit the plan) or not, either exchange, pipelined
     # or not: rows that break kernels, odd rows (windows), and many rows per group.
