@@ -123,6 +123,12 @@ def variants(n: int, itemsize: int) -> list[tuple[str, dict[str, Any]]]:
                     out.append((f"chip chunks ept128 st{st}", dict(path="on_chip", tuning=dict(
                         chip_chunked=True, chunk_elems_per_thread=128, chip_stages=st,
                         chip_pipelined_block_16bit=1 << 30))))
+    if itemsize == 2 and 16384 < n <= 49152:  # split in small chunks instead of on chip
+        for chunk, warps, per_sm in ((4096, 2, 10), (4096, 4, 8), (2048, 2, 16)):
+            out.append((f"split c{chunk} w{warps} x{per_sm} packed st3 loads", dict(
+                path="split", tuning=dict(split_chunk=chunk, split_warps=warps,
+                                          split_programs_per_sm=per_sm, split_packed=True,
+                                          split_stages=3, split_poll_loads=True))))
     if n > 32768:
         # the shipped plan without its register cap; pipelined (the next row's chunk copied
         # into shared memory while this row waits), polling with atomics or with loads

@@ -35,7 +35,7 @@ _POINTERS = {"bfloat16": "*bf16", "float16": "*fp16", "float32": "*fp32"}
 
 
 def compile_split(dtype: str, n: int, tuning: dict[str, Any] | None = None,
-                  nan_if_empty: bool = False, sms: int = 132) -> dict[str, Any]:
+                  nan_if_empty: bool = False, sms: int = 132, path: str = "auto") -> dict[str, Any]:
     """The split launch for rows of ``n`` in ``dtype`` (contiguous) on a GPU of ``sms`` SMs
     (an H200's 132), compiled for sm_90a:
     ``{"options", "registers", "spill_bytes", "shared"}`` (spill_bytes: ptxas's spill stores).
@@ -53,7 +53,7 @@ def compile_split(dtype: str, n: int, tuning: dict[str, Any] | None = None,
     x = torch.empty(1, n, dtype=getattr(torch, dtype))
     sm_count, sm._sm_count = sm._sm_count, lambda device: sms  # the GPU this plans for
     try:
-        p, t, align, shift = sm._launch_plan(x, x, "auto", None, None, tuning)
+        p, t, align, shift = sm._launch_plan(x, x, path, None, None, tuning)
     finally:
         sm._sm_count = sm_count
     if p.path != "split":
@@ -95,24 +95,27 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dtypes", default="bfloat16,float16,float32")
     ap.add_argument("--ns", default=",".join(str(n) for n in NS))
     ap.add_argument("--tuning", default="", help="knobs over the plan's, as JSON")
+    ap.add_argument("--path", default="auto", help="'split' forces the split kernel")
     ap.add_argument("--json", action="store_true", help="one JSON object per launch instead")
     args = ap.parse_args(argv)
     if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
         raise SystemExit("bench/split_ptxas.py compiles for a GPU: run it without TRITON_INTERPRET")
+    from onlinesm.kernels.softmax_plan import SplitExchange
+
     tuning = json.loads(args.tuning) if args.tuning else None
     if not args.json:
         print("| dtype | N | chunks | warps | cap | exchange | registers | spill bytes | shared |")
         print("|---|---|---|---|---|---|---|---|---|")
     for dtype in args.dtypes.split(","):
         for n in (int(v) for v in args.ns.split(",")):
-            r = compile_split(dtype, n, tuning)
+            r = compile_split(dtype, n, tuning, path=args.path)
             o = r["options"]
             if args.json:
                 print(json.dumps(dict(dtype=dtype, n=n, **r)), flush=True)
                 continue
-            exchange = (f"{'packed' if o['PACKED'] else 'counter'} st{o['STAGES']}"
-                        + (" asm" if o["POLL_IN_ASM"] else "") + (" loads" if o["POLL_LOADS"] else "")
-                        + f" l{o['LANES']}" + (f" win{o['SHIFT']}" if o["SHIFT"] > 1 else ""))
+            exchange = str(SplitExchange(o["PACKED"], o["STAGES"], o["POLL_IN_ASM"],
+                                         o["POLL_LOADS"], o["LANES"]))
+            exchange += f" win{o['SHIFT']}" if o["SHIFT"] > 1 else ""
             print(f"| {dtype} | {n:,} | {o['SPLIT']} x {o['CHUNK']} | {o['num_warps']} | "
                   f"{o.get('maxnreg', '-')} | {exchange} | {r['registers']} | {r['spill_bytes']} "
                   f"| {r['shared']:,} |", flush=True)

@@ -717,6 +717,24 @@ def test_every_on_chip_tune_candidate_is_correct(dtype, n):
             raise AssertionError(f"candidate {name!r} ({kw}): {err}") from None
 
 
+@gpu
+@requires_cuda
+@pytest.mark.parametrize("n", [20000, 40000, 100001], ids=str)
+def test_gpu_every_split_tune_candidate_is_correct(n):
+    # The split launches bench/softmax.py --tune times, on rows that break kernels, before
+    # their speed is believed (bf16: the 16-bit candidates are the most numerous).
+    variants = _bench_variants()(n, 2)
+    split = [(name, kw) for name, kw in variants if kw["path"] == "split"]
+    assert split, f"no split candidate for N = {n}"
+    t = _hard_rows(n, torch.bfloat16)
+    for name, kw in split:
+        try:
+            for fm in ("zeros", "nan"):
+                check(t, softmax(t, fully_masked=fm, **kw), fm)
+        except AssertionError as err:
+            raise AssertionError(f"candidate {name!r} ({kw}): {err}") from None
+
+
 def _split_ptxas(*args: str) -> list[dict]:
     """bench/split_ptxas.py's launches (compiled for sm_90a offline, ptxas -v), as dicts."""
     import json
