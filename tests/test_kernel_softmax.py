@@ -610,6 +610,17 @@ def test_split_programs_per_sm_follow_the_registers():
     assert fit(2, 64, 4, shared=300 * 1024) == 1  # never below one
 
 
+def test_tuning_knobs_are_checked():
+    # A misspelt knob would silently time the shipped plan under the wrong name.
+    with pytest.raises(ValueError, match="'split_stage' is not a knob.*did you mean 'split_stages'"):
+        sm.plan(65536, itemsize=2, interpreted=False, tuning=dict(split_stage=3))
+    for *_, overrides in sp.PLAN_TABLE:  # the table speaks the same language
+        assert set(overrides) <= set(sp.TUNING), overrides
+    t = sp._tuning(65536, 2, "auto", dict(split_min_lanes=24))
+    with pytest.raises(ValueError, match="split_min_lanes=24 must be a power of two"):
+        sp.split_exchange(t, 8, False)
+
+
 def test_split_register_cap_lets_the_planned_programs_share_an_sm():
     cap = sp._register_cap
     assert cap(2, 8) == 128  # fp32 chunks of 16,384: two 8-warp programs, 65,536 registers

@@ -17,6 +17,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import difflib
 from typing import Any
 
 from onlinesm.kernels import interpreting
@@ -217,6 +218,13 @@ def _pow2(n: int) -> int:
 def _tuning(n_cols: int, itemsize: int, path: str, tuning: dict[str, Any] | None) -> dict[str, Any]:
     """TUNING, then the PLAN_TABLE row of this size and length (``path="auto"`` only), then the
     caller's overrides: what both :func:`plan` and the launcher read."""
+    unknown = sorted(set(tuning or {}) - set(TUNING))
+    if unknown:
+        close = difflib.get_close_matches(unknown[0], list(TUNING), n=1)
+        raise ValueError(
+            f"tuning key {unknown[0]!r} is not a knob of the softmax kernels"
+            + (f"; did you mean {close[0]!r}?" if close else "")
+            + " (the knobs: onlinesm.kernels.softmax_plan.TUNING)")
     t = dict(TUNING)
     if path == "auto":
         for size, n_min, n_max, overrides in PLAN_TABLE:
@@ -315,6 +323,9 @@ def split_exchange(t: dict[str, Any], split: int, windowed: bool) -> SplitExchan
                  else t["split_stages"])
     stages = stages if packed else 1  # the pipelined loop needs the PTX poll
     in_asm = packed and (stages > 1 or bool(t["split_poll_asm"]))
+    if _pow2(int(t["split_min_lanes"])) != int(t["split_min_lanes"]) or stages < 1:
+        raise ValueError(f"split_min_lanes={t['split_min_lanes']!r} must be a power of two and "
+                         f"split_stages={stages!r} at least 1; e.g. split_min_lanes=32")
     return SplitExchange(packed, stages, in_asm, in_asm and bool(t["split_poll_loads"]),
                          max(_pow2(split), int(t["split_min_lanes"])))
 
