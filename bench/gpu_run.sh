@@ -15,6 +15,8 @@
 #         kernels: the kernel test files compiled on the GPU (SOFTMAX_TESTS: a -k filter), each
 #         attention variant too;
 #         attention: bench/attention.py with ATTN_ARGS (e.g. --tiles to time pinned configs);
+#         gluon: the Gluon attention candidate (bench/gluon_attention.py): its GPU tests, its
+#         bench against SDPA and onlinesm, and `onlinesm check` on it;
 #         ncu: Nsight Compute on the launches that miss their speed targets (bench/ncu_targets.py;
 #         NCU_CASES: an extended regex of the cases to run, all by default).
 # A run longer than one call's limit goes through bench/gpu_background.sh.
@@ -90,6 +92,17 @@ for phase in "$@"; do
         grep -a -E "Memory Throughput|DRAM Throughput|Compute \(SM\) Throughput|Achieved Occupancy|Theoretical Occupancy|Registers Per Thread|Block Limit Registers|L2 Hit Rate|Duration|Warp Cycles Per Issued|Stall" "$OUT/ncu_$case.txt" | head -18
         start=$SECONDS
       done ;;
+    gluon)
+      timeout 240 python3 -m pytest -q -x -p no:cacheprovider tests/test_kernel_attention.py -k gluon > "$OUT/gluon_tests.log" 2>&1
+      echo "== gluon candidate tests: rc=$? $((SECONDS - start)) s"; tail -2 "$OUT/gluon_tests.log"
+      start=$SECONDS
+      timeout 300 python3 bench/gluon_attention.py --bench > "$OUT/gluon_bench.log" 2>&1
+      echo "== gluon candidate bench: rc=$? $((SECONDS - start)) s"; grep -a "^|" "$OUT/gluon_bench.log"
+      start=$SECONDS
+      ( cd /tmp && timeout 240 python3 -m onlinesm check "$X/bench/gluon_attention.py:attention" --op attention \
+          --dtypes bfloat16,float16 --head-dims 64,128 --seq-multiple 128 --same-seq --no-mask \
+          --max-seq-q 512 --max-seq-k 512 --unsupported "ValueError:gluon candidate" --seed 0 -q ) > "$OUT/gluon_check.txt" 2>&1
+      echo "== onlinesm check of the gluon candidate: rc=$? $((SECONDS - start)) s"; tail -5 "$OUT/gluon_check.txt" ;;
     attention)
       timeout 560 python3 bench/attention.py ${ATTN_ARGS:-} > "$OUT/attention.log" 2>&1
       echo "== attention: rc=$? $((SECONDS - start)) s"; grep -a "^| [bf]\|^check\|tiles .*Error" "$OUT/attention.log" | head -60 ;;
