@@ -1,4 +1,4 @@
-"""Shared helpers for the benchmarks: timing, the copy ceiling, tables. Not a test.
+"""Shared helpers for the benchmarks: timing, the copy ceiling, tables, ptxas. Not a test.
 
 Timing is ``triton.testing.do_bench``'s median (it flushes L2 between repetitions), so every
 kernel and its peers are measured the same way, in the same process, on the same tensors.
@@ -11,9 +11,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import subprocess
+import tempfile
 from typing import Any, Callable, Sequence
 
-__all__ = ["time_ms", "copy_gbps", "gbps", "markdown_table", "write_outputs"]
+__all__ = ["time_ms", "copy_gbps", "gbps", "markdown_table", "write_outputs", "ptxas_sm90"]
 
 
 def time_ms(fn: Callable[[], Any], *, warmup: int = 25, rep: int = 100) -> float:
@@ -60,3 +63,25 @@ def write_outputs(stem: str, data: Any, markdown: str) -> None:
         json.dump(data, f, indent=1, default=str)
     with open(os.path.join(out, f"{stem}.md"), "w") as f:
         f.write(markdown + "\n")
+
+
+def ptxas_sm90(compiled: Any) -> dict[str, Any]:
+    """What ``ptxas -v`` says of a kernel compiled for sm_90 (``triton.compile`` with
+    ``GPUTarget("cuda", 90, 128)``, no GPU needed): ``{"registers", "spill_bytes", "shared",
+    "report"}`` (spill_bytes: spill stores; report: ptxas's whole output, warnings included)."""
+    from triton.backends.nvidia.compiler import get_ptxas
+
+    with tempfile.TemporaryDirectory() as tmp:
+        ptx = os.path.join(tmp, "kernel.ptx")
+        with open(ptx, "w") as f:
+            f.write(compiled.asm["ptx"])
+        out = subprocess.run([get_ptxas(90).path, "-arch=sm_90a", "-v", ptx, "-o",
+                              os.path.join(tmp, "kernel.cubin")], capture_output=True, text=True)
+    report = out.stdout + out.stderr
+    if out.returncode != 0:
+        raise RuntimeError(f"ptxas failed: {report.strip()[-300:]}")
+    registers = re.search(r"Used (\d+) registers", report)
+    spills = re.search(r"(\d+) bytes spill stores", report)
+    return dict(registers=int(registers.group(1)) if registers else None,
+                spill_bytes=int(spills.group(1)) if spills else 0,
+                shared=int(getattr(compiled.metadata, "shared", 0)), report=report)

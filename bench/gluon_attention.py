@@ -29,11 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
-import re
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -46,6 +42,9 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_init,
     warpgroup_mma_wait,
 )
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import ptxas_sm90, time_ms  # noqa: E402
 
 __all__ = ["attention", "compile_offline"]
 
@@ -233,7 +232,6 @@ def compile_offline(head_d: int, causal: bool, block_n: int | None = None,
     "serialized"}`` from ``ptxas -v`` (serialized: ptxas's C7514, wgmma run one by one)."""
     import triton
     from triton.backends.compiler import GPUTarget
-    from triton.backends.nvidia.compiler import get_ptxas
     from triton.experimental.gluon._runtime import GluonASTSource
 
     const = _constexprs(head_d, block_n or _block_n(head_d), causal, overlap_pv)
@@ -245,21 +243,10 @@ def compile_offline(head_d: int, causal: bool, block_n: int | None = None,
     compiled = triton.compile(GluonASTSource(_attn_fwd_gluon, signature, constexprs=const,
                                              attrs=attrs),
                               target=GPUTarget("cuda", 90, 128), options=dict(num_warps=NUM_WARPS))
-    with tempfile.TemporaryDirectory() as tmp:
-        ptx = os.path.join(tmp, "attn.ptx")
-        Path(ptx).write_text(compiled.asm["ptx"])
-        out = subprocess.run([get_ptxas(90).path, "-arch=sm_90a", "-v", ptx, "-o",
-                              os.path.join(tmp, "attn.cubin")], capture_output=True, text=True)
-    report = out.stdout + out.stderr
-    if out.returncode != 0:
-        raise RuntimeError(f"ptxas failed: {report.strip()[-300:]}")
-    registers = re.search(r"Used (\d+) registers", report)
-    spills = re.search(r"(\d+) bytes spill stores", report)
+    r = ptxas_sm90(compiled)
     return dict(head_d=head_d, causal=causal, block_n=const["BLOCK_N"],
-                registers=int(registers.group(1)) if registers else None,
-                spill_bytes=int(spills.group(1)) if spills else 0,
-                shared=int(getattr(compiled.metadata, "shared", 0)),
-                serialized="C7514" in report)
+                registers=r["registers"], spill_bytes=r["spill_bytes"], shared=r["shared"],
+                serialized="C7514" in r["report"])
 
 
 def _bench(seqs: list[int], dims: list[int]) -> None:
@@ -267,9 +254,6 @@ def _bench(seqs: list[int], dims: list[int]) -> None:
     H*D = 2048; check against SDPA math in float32 first."""
     import torch
     from torch.nn.attention import SDPBackend, sdpa_kernel
-
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from _common import time_ms
 
     from onlinesm import kernels
 

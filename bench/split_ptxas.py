@@ -21,10 +21,12 @@ import argparse
 import importlib
 import json
 import os
-import re
-import subprocess
-import tempfile
+import sys
+from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import ptxas_sm90  # noqa: E402
 
 __all__ = ["compile_split", "main"]
 
@@ -47,7 +49,6 @@ def compile_split(dtype: str, n: int, tuning: dict[str, Any] | None = None,
     import torch
     import triton
     from triton.backends.compiler import GPUTarget
-    from triton.backends.nvidia.compiler import get_ptxas
 
     sm = importlib.import_module("onlinesm.kernels.softmax")
     x = torch.empty(1, n, dtype=getattr(torch, dtype))
@@ -74,20 +75,9 @@ def compile_split(dtype: str, n: int, tuning: dict[str, Any] | None = None,
         triton.compiler.ASTSource(fn, signature, constexprs=constexprs, attrs=attrs),
         target=GPUTarget("cuda", 90, 128),
         options={k: v for k, v in options.items() if k in ("num_warps", "maxnreg")})
-    with tempfile.TemporaryDirectory() as tmp:
-        ptx = os.path.join(tmp, "split.ptx")
-        with open(ptx, "w") as f:
-            f.write(compiled.asm["ptx"])
-        out = subprocess.run([get_ptxas(90).path, "-arch=sm_90a", "-v", ptx, "-o",
-                              os.path.join(tmp, "split.cubin")], capture_output=True, text=True)
-    report = out.stdout + out.stderr
-    if out.returncode != 0:
-        raise RuntimeError(f"ptxas failed on the split kernel: {report.strip()[-300:]}")
-    registers = re.search(r"Used (\d+) registers", report)
-    spills = re.search(r"(\d+) bytes spill stores", report)
-    return dict(options=options, registers=int(registers.group(1)) if registers else None,
-                spill_bytes=int(spills.group(1)) if spills else 0,
-                shared=int(getattr(compiled.metadata, "shared", 0)))
+    r = ptxas_sm90(compiled)
+    return dict(options=options, registers=r["registers"], spill_bytes=r["spill_bytes"],
+                shared=r["shared"])
 
 
 def main(argv: list[str] | None = None) -> int:
