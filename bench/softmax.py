@@ -68,9 +68,9 @@ def variants(n: int, itemsize: int) -> list[tuple[str, dict[str, Any]]]:
       two). ``... asm``: the wait as one PTX loop per thread (no barrier per poll), polling
       with atomics, or with relaxed loads for ``loads``; ``... st2`` / ``st3``: with that
       poll, the row loop software-pipelined in 2 / 3 stages (the next row's chunk copied into
-      shared memory while this row reduces, waits and stores); ``... l32``: the merge in 32
-      lanes at least (fewer lanes spill under the register cap). Shipped (the plan column
-      says which): fp32 rows past 49,152 ``st2 loads``, 16-bit rows ``st3 loads`` (their
+      shared memory while this row reduces, waits and stores); ``split poll l32``: the
+      Triton-level poll, unpipelined, with the merge in 32 lanes (the default now; fewer
+      lanes spill under the register cap). Shipped (the plan column says which): fp32 rows past 49,152 ``st2 loads``, 16-bit rows ``st3 loads`` (their
       windows ``asm loads``), all in 32 lanes at least.
     """
     out: list[tuple[str, dict[str, Any]]] = []
@@ -142,13 +142,10 @@ def variants(n: int, itemsize: int) -> list[tuple[str, dict[str, Any]]]:
         out.append(("split asm", dict(path="auto", tuning=dict(split_poll_asm=True))))
         out.append(("split asm loads", dict(path="auto", tuning=dict(
             split_poll_asm=True, split_poll_loads=True))))
-        # the merge's lanes padded to 32 (fewer spill under the register cap)
-        for name, knobs in (("split l32", dict(split_stages=1)),
-                            ("split asm loads l32", dict(split_poll_asm=True, split_stages=1)),
-                            ("split st2 loads l32", dict(split_stages=2)),
-                            ("split st3 loads l32", dict(split_stages=3))):
-            out.append((name, dict(path="auto", tuning=dict(
-                split_min_lanes=32, split_poll_loads=True, **knobs))))
+        # the Triton-level poll (atomic reads, a block-wide sum per try), unpipelined, in 32
+        # lanes: what 16-bit windows ran before they moved to the PTX poll (fp16 odd rows)
+        out.append(("split poll l32", dict(path="auto", tuning=dict(
+            split_stages=1, split_window_stages=1, split_poll_asm=False, split_min_lanes=32))))
         # with the PTX poll of loads, in 1-3 stages; the ones past (8192, 4, *) were screened
         # for spills offline (bench/split_ptxas.py: none under triton 3.9) but not yet timed
         shapes = ((8192, 4, 5), (8192, 4, 4)) + (

@@ -195,5 +195,5 @@ def arrays_of(
     unique = check_bool("unique", unique)
     # Drawn as float64 (every value is exact in fmt), then converted without rounding.
     return hnp.arrays(np.float64, shape, elements=elements, unique=unique).map(
-        lambda a: fmt.round(a)
+        fmt.round
     )

@@ -325,18 +325,10 @@ def _gluon_module() -> Any:
 
 def _gluon_offline(*args: str) -> list[dict]:
     """bench/gluon_attention.py --offline: compiled for sm_90a, ptxas -v (no GPU needed)."""
-    import json
-    import os
-    import subprocess
-    from pathlib import Path
+    from offline_compile import sm90_json  # conftest puts tests/ on sys.path
 
     _gluon_module()  # skips where this triton has no Gluon for Hopper
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    script = Path(__file__).parents[1] / "bench" / "gluon_attention.py"
-    out = subprocess.run([sys.executable, str(script), "--offline", "--json", *args],
-                         capture_output=True, text=True, env=env, timeout=600)
-    assert out.returncode == 0, out.stderr[-2000:]
-    return [json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")]
+    return sm90_json("gluon_attention.py", "--offline", *args)
 
 
 def test_the_gluon_candidate_compiles_without_spills_or_serialised_wgmma():
