@@ -70,8 +70,11 @@ def variants(n: int, itemsize: int) -> list[tuple[str, dict[str, Any]]]:
       poll, the row loop software-pipelined in 2 / 3 stages (the next row's chunk copied into
       shared memory while this row reduces, waits and stores); ``split poll l32``: the
       Triton-level poll, unpipelined, with the merge in 32 lanes (the default now; fewer
-      lanes spill under the register cap). Shipped (the plan column says which): fp32 rows past 49,152 ``st2 loads``, 16-bit rows ``st3 loads`` (their
-      windows ``asm loads``), all in 32 lanes at least.
+      lanes spill under the register cap). Shipped (the plan column says which): fp32 rows
+      past 49,152 ``st2 loads``, 16-bit rows ``st3 loads`` (their windows in chunks of 4096,
+      ``c4096 w4 x8 ... st3 loads``, up to 262,144, ``asm loads`` past it), all in 32 lanes
+      at least. 16-bit rows of 8k-49k: ``split c4096 w2 x10 packed st3 loads`` (shipped for
+      rows of 16,385-23,552 and windows of 8k-32k), ``... w4 x8 ...``, ``c2048 w2 x16``.
     """
     out: list[tuple[str, dict[str, Any]]] = []
     if n % (16 // itemsize) and n <= 4096:  # odd short rows: one per program, as a window
@@ -123,7 +126,7 @@ def variants(n: int, itemsize: int) -> list[tuple[str, dict[str, Any]]]:
                     out.append((f"chip chunks ept128 st{st}", dict(path="on_chip", tuning=dict(
                         chip_chunked=True, chunk_elems_per_thread=128, chip_stages=st,
                         chip_pipelined_block_16bit=1 << 30))))
-    if itemsize == 2 and 16384 < n <= 49152:  # split in small chunks instead of on chip
+    if itemsize == 2 and 8192 < n <= 49152:  # split in small chunks instead of on chip
         for chunk, warps, per_sm in ((4096, 2, 10), (4096, 4, 8), (2048, 2, 16)):
             out.append((f"split c{chunk} w{warps} x{per_sm} packed st3 loads", dict(
                 path="split", tuning=dict(split_chunk=chunk, split_warps=warps,
@@ -145,7 +148,7 @@ def variants(n: int, itemsize: int) -> list[tuple[str, dict[str, Any]]]:
         # the Triton-level poll (atomic reads, a block-wide sum per try), unpipelined, in 32
         # lanes: what 16-bit windows ran before they moved to the PTX poll (fp16 odd rows)
         out.append(("split poll l32", dict(path="auto", tuning=dict(
-            split_stages=1, split_window_stages=1, split_poll_asm=False, split_min_lanes=32))))
+            split_stages=1, split_poll_asm=False, split_min_lanes=32))))
         # with the PTX poll of loads, in 1-3 stages; the ones past (8192, 4, *) were screened
         # for spills offline (bench/split_ptxas.py: none under triton 3.9) but not yet timed
         shapes = ((8192, 4, 5), (8192, 4, 4)) + (
@@ -256,7 +259,7 @@ def main() -> None:
             plan, knobs, _, shift = sm._launch_plan(x, x, "auto", None, None, None)
             row["plan"] = (f"{plan.path} b{plan.block}" + (f"x{plan.chunks}" if plan.chunks > 1 else "")
                            + f" r{plan.rows_per_program} s{plan.split} w{plan.num_warps}"
-                           + (f" {sm.split_exchange(knobs, plan.split, shift > 1)}"
+                           + (f" {sm.split_exchange(knobs, plan.split)}"
                               if plan.path == "split" else f" st{plan.stages}")
                            + (f" win{shift}" if shift > 1 else ""))
             results.append(row)

@@ -263,6 +263,32 @@ def test_short_rows_off_the_vector_boundary_take_smaller_programs():
     assert (p.block, p.rows_per_program, shift) == (64, 8, 1)
 
 
+def test_16_bit_rows_of_8k_to_262k_split_where_on_chip_pads_or_windows_lose():
+    """PLAN_TABLE: 16-bit rows that 3 chunks of 8192 would pad by 4% or more, and windows
+    (odd N, width n + 7) of 8k-32k, split in chunks of 4096 in 2 warps, ten per SM; windows
+    of 32k-262k in chunks of 4096 in 4 warps, pipelined; the rest as before."""
+    def launch(n: int, windowed: bool = False) -> tuple:
+        p = sp.plan(n + 7 * windowed, itemsize=2, interpreted=False, windowed=windowed)
+        return p.path, p.block, p.split, p.num_warps
+
+    assert launch(16400) == ("split", 4096, 5, 2)
+    assert launch(20000) == ("split", 4096, 5, 2)
+    assert launch(23552) == ("split", 4096, 6, 2)
+    assert launch(16384)[0] == launch(23553)[0] == launch(24576)[0] == "on_chip"
+    assert launch(8185, windowed=True)[0] == "on_chip"  # windows up to 8192 stay on chip
+    assert launch(12289, windowed=True) == ("split", 4096, 4, 2)
+    assert launch(30001, windowed=True) == ("split", 4096, 8, 2)
+    assert launch(40001, windowed=True) == ("split", 4096, 10, 4)
+    assert launch(40001)[0] == "on_chip"  # aligned rows of that length: on chip
+    assert launch(100001, windowed=True) == ("split", 4096, 25, 4)
+    assert launch(300001, windowed=True) == ("split", 8192, 37, 4)
+    # a caller's window_overrides replace the row's: {} plans windows as aligned rows
+    t = sp._tuning(12296, 2, "auto", dict(window_overrides={}), windowed=True)
+    assert t["max_on_chip"] == sp.TUNING["max_on_chip"] and not t["split_packed"]
+    # the interpreter, which runs programs one at a time, streams what a GPU splits
+    assert sp.plan(30008, itemsize=2, interpreted=True, windowed=True).path == "stream"
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_chunked_rows_off_the_vector_boundary(dtype):
     # Windows of 3 chunks (n + vec - 1 just above a power of two) and of one block in 2 warps,
@@ -360,12 +386,16 @@ def test_long_rows_split_on_the_gpu_stream_under_the_interpreter():
     assert split(262145, 2) == (8192, 33, True)
     assert tuned(262144, 2, "auto", None)["split_warps"] == 4  # five 4-warp programs per SM
     # the poll in PTX with relaxed loads, the row loop pipelined: fp32 rows in 2 stages,
-    # windows too; 16-bit rows in 3, windows (odd rows) not pipelined
-    knobs = ("split_stages", "split_window_stages", "split_poll_loads")
-    for n, itemsize, want in ((49153, 4, (2, 0, True)), (1 << 21, 4, (2, 0, True)),
-                              (49153, 2, (3, 1, True)), (1 << 21, 2, (3, 1, True))):
-        t = tuned(n, itemsize, "auto", None)
-        assert tuple(t[k] for k in knobs) == want, (n, itemsize)
+    # windows too; 16-bit rows in 3, windows (odd rows) in chunks of 4096 up to 262,144 and
+    # past it not pipelined
+    knobs = ("split_stages", "split_chunk", "split_poll_loads")
+    for n, itemsize, windowed, want in (
+            (49153, 4, False, (2, 8192, True)), (1 << 21, 4, True, (2, 8192, True)),
+            (49153, 2, False, (3, 8192, True)), (49153, 2, True, (3, 4096, True)),
+            (262144, 2, True, (3, 4096, True)), (262145, 2, True, (1, 8192, True)),
+            (1 << 21, 2, False, (3, 8192, True))):
+        t = tuned(n, itemsize, "auto", None, windowed)
+        assert tuple(t[k] for k in knobs) == want, (n, itemsize, windowed)
     assert sm.plan(131072, itemsize=2, interpreted=True).path == "stream"
     assert sm.plan(1 << 22, itemsize=2, interpreted=False).path == "stream"  # past 64 chunks
     # 16-bit rows of 4k-32k: 64 elements per thread (8 warps for a 16,384 block, not 32)
@@ -572,8 +602,8 @@ def _hard_rows(n: int, dtype) -> torch.Tensor:
 @gpu
 @requires_cuda
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("n", [1000, 4096, 32768, 32769, 50257, 65536, 65537, 131072 + 3, 151936,
-                               300_000, (1 << 20) + 3])
+@pytest.mark.parametrize("n", [1000, 4096, 12289, 20001, 32768, 32769, 40001, 50257, 65536, 65537,
+                               131072 + 3, 151936, 262137, 300_000, (1 << 20) + 3])
 def test_gpu_long_rows_every_path(dtype, n):
     t = _hard_rows(n, dtype)
     for path in ("auto", "stream", "split", "split_packed") if n > 2048 else (
@@ -613,11 +643,14 @@ def test_tuning_knobs_are_checked():
     # A misspelt knob would silently time the shipped plan under the wrong name.
     with pytest.raises(ValueError, match="'split_stage' is not a knob.*did you mean 'split_stages'"):
         sm.plan(65536, itemsize=2, interpreted=False, tuning=dict(split_stage=3))
+    with pytest.raises(ValueError, match="'split_chunks' is not a knob.*did you mean 'split_chunk'"):
+        sm.plan(20008, itemsize=2, interpreted=False, windowed=True,
+                tuning=dict(window_overrides=dict(split_chunks=2048)))
     for *_, overrides in sp.PLAN_TABLE:  # the table speaks the same language
-        assert set(overrides) <= set(sp.TUNING), overrides
+        assert set(overrides) | set(overrides.get("window_overrides", {})) <= set(sp.TUNING)
     t = sp._tuning(65536, 2, "auto", dict(split_min_lanes=24))
     with pytest.raises(ValueError, match="split_min_lanes=24 must be a power of two"):
-        sp.split_exchange(t, 8, False)
+        sp.split_exchange(t, 8)
 
 
 def test_split_register_cap_lets_the_planned_programs_share_an_sm():
@@ -637,8 +670,8 @@ def test_split_register_cap_lets_the_planned_programs_share_an_sm():
     dict(), dict(split_cap_registers=False), dict(split_packed=False),
     # the row loop pipelined or not (the next row's chunk copied while this one waits in a
     # PTX poll), polling with atomics or loads, in as many lanes as chunks or in 32
-    dict(split_stages=1, split_poll_asm=False), dict(split_stages=3, split_window_stages=3),
-    dict(split_stages=2, split_window_stages=2, split_poll_loads=False),
+    dict(split_stages=1, split_poll_asm=False), dict(split_stages=3),
+    dict(split_stages=2, split_poll_loads=False), dict(window_overrides={}),
     dict(split_min_lanes=1), dict(split_stages=3, split_chunk=4096, split_programs_per_sm=8),
     dict(split_chunk=4096, split_warps=2, split_programs_per_sm=10)], ids=str)
 def test_gpu_split_variants_stay_correct(dtype, knobs):
@@ -759,6 +792,13 @@ def test_the_shipped_split_launches_do_not_spill():
     # 2 (fp32), windows, 32 and 128 lanes.
     rows = _split_ptxas("--dtypes", "bfloat16,float16,float32", "--ns", "65536,100001,1048576")
     assert len(rows) == 9
+    # 16-bit rows of 8k-262k in chunks of 4096: 2 warps (aligned 20,000, windows 12,289 and
+    # 30,001; windows of 20,001 spill 36 bytes under triton 3.9, none under 3.6), 4 warps
+    # (windows of 40,001 and 262,137: 64 lanes)
+    small = _split_ptxas("--dtypes", "bfloat16", "--ns", "12289,20000,30001,40001,262137")
+    assert [(r["options"]["CHUNK"], r["options"]["num_warps"]) for r in small] == [
+        (4096, 2), (4096, 2), (4096, 2), (4096, 4), (4096, 4)]
+    rows += small
     for r in rows:
         assert r["options"]["POLL_IN_ASM"] and r["options"]["PACKED"], r["options"]
         assert r["registers"] <= r["options"]["maxnreg"], r

@@ -681,10 +681,11 @@ def _launch_plan(x2: torch.Tensor, y2: torch.Tensor, path: str, max_on_chip: int
     n_cols, itemsize = x2.shape[1], x2.element_size()
     align = _alignment(itemsize, n_cols, x2.stride(0), y2.stride(0))
     shift = _shift(itemsize, align, x2, y2)
-    # A row handled as an aligned window (shift > 1) spans up to shift - 1 more columns.
+    # A row handled as an aligned window (shift > 1) spans up to shift - 1 more columns, and
+    # takes its PLAN_TABLE row's window_overrides.
     p = plan(n_cols + shift - 1, path=path, max_on_chip=max_on_chip, tile=tile, tuning=tuning,
-             itemsize=itemsize, interpreted=INTERPRETED)
-    t = _tuning(n_cols + shift - 1, itemsize, path, tuning)
+             itemsize=itemsize, interpreted=INTERPRETED, windowed=shift > 1)
+    t = _tuning(n_cols + shift - 1, itemsize, path, tuning, windowed=shift > 1)
     one_16_bit_row = p.rows_per_program == 1 and itemsize == 2
     if shift > 1 and p.path == "on_chip" and not (one_16_bit_row or t["chip_windows_packed"]):
         # On chip, windows pay for one 16-bit row per program, and for the tiny 16-bit rows
@@ -869,7 +870,7 @@ def _split_options(p: Plan, t: dict[str, Any], align: int, shift: int,
                    nan_if_empty: bool) -> dict[str, Any]:
     """The split kernel's constexprs, num_warps and register cap (maxnreg) for plan ``p`` under
     the knobs ``t``: what the launcher passes, and what bench/split_ptxas.py compiles offline."""
-    ex = split_exchange(t, p.split, shift > 1)
+    ex = split_exchange(t, p.split)
     per_sm = int(t["split_programs_per_sm"])
     return dict(
         CHUNK=p.block, SPLIT=p.split, LANES=ex.lanes, NAN_IF_EMPTY=nan_if_empty,

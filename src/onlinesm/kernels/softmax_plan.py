@@ -42,7 +42,7 @@ TUNING: dict[str, Any] = {
     "stream_tile": 8192,
     "stream_warps": 16,
     # Long rows on the GPU: fp32 split across programs (1 read); 16-bit rows streamed (2
-    # reads) by default, split past 49,152 by PLAN_TABLE.
+    # reads) by default, split by PLAN_TABLE (past 49,152, and some rows and windows of 8k-49k).
     "split_itemsizes": (4,),
     # Four programs of 8 warps per SM, 8192 elements each: one program's loads overlap the
     # others' reductions and waits (measured on the H200, fp32, medians of 3 runs: 86/84/81% of
@@ -72,7 +72,6 @@ TUNING: dict[str, Any] = {
     # split rows (Nsight Compute: latency). 3 = two buffers, the next row's copy in flight
     # during this whole row. PLAN_TABLE sets it for long rows (2 in fp32, 3 in 16-bit).
     "split_stages": 1,
-    "split_window_stages": 0,  # split_stages for rows as windows (odd rows); 0: the same
     # The packed exchange's poll as one PTX loop per thread (what split_stages > 1 needs) also
     # without pipelining: no block-wide reduction and barrier per poll, only one after it.
     "split_poll_asm": False,
@@ -82,6 +81,10 @@ TUNING: dict[str, Any] = {
     # 3.6) spills under the register cap (bf16 chunks of 8192 at 96 registers, pipelined: 36
     # bytes with 8 or 16 lanes, none with 32; bench/split_ptxas.py).
     "split_min_lanes": 32,
+    # Knobs over the PLAN_TABLE row's for rows handled as aligned windows (odd N, up to 7
+    # loose elements at each end): the windowed kernels load and spill differently, so a
+    # window can take another path or launch than an aligned row of its length (PLAN_TABLE).
+    "window_overrides": {},
     # Candidates for the H200 sweep (off by default until measured; bench/softmax.py --tune):
     "chip_chunked": False,  # cover a row by 3 power-of-two chunks when that pads less
     # elements per thread when the row is held as 3 chunks; 0: the same as elems_per_thread
@@ -149,8 +152,25 @@ TUNING: dict[str, Any] = {
 #: 131,072 / 262,144 / 524,288 at 91 / 92 / 90 / 85% against 87 / 89 / 87 / 80% (2 stages);
 #: bf16 65,536 / 131,072 / 151,936 / 262,144 / 524,288 at 89 / 89 / 91 / 90 / 81% against
 #: 87 / 86 / 85 / 82 / 57% (3 stages; past 32 chunks the PTX poll does not contend where the
-#: Triton-level one did). 16-bit windows (odd N) spill when pipelined (44 bytes) and stay in
-#: one stage: bf16 50,257 / 100,001 83 / 82% against 81 / 80%, fp16 71 / 71% against 76 / 75%.
+#: Triton-level one did). 16-bit windows (odd N) spill when pipelined in chunks of 8192 five
+#: per SM (44 bytes) and stayed in one stage: bf16 50,257 / 100,001 83 / 82%, fp16 71 / 71%.
+#: 16-bit rows of 8k-49k split in small chunks (4096 in 2 warps, ten programs per SM, 3
+#: stages) where on chip pads or holds windows badly (one run, % of copy, bf16 / fp16):
+#: aligned 16,400 / 17,000 / 18,000 / 20,000 at 87 / 84 / 88 / 89% against 71 / 68 / 76 / 82%
+#: (fp16 the same within 2 points; at 22,528 and 24,576 on chip keeps 91-93%); windows
+#: 10,001 / 12,289 / 20,001 / 30,001 at 87 / 85 / 87 / 88% against 71 / 75 / 57 / 71% (16,001:
+#: 86% against 88%). 16-bit windows of 32k-262k pipelined in chunks of 4096, 4 warps, eight
+#: per SM (no spill): fp16 40,001 / 50,257 / 70,001 / 100,001 / 150,001 at 85 / 83 / 83 / 82 /
+#: 80% against 61 / 71 / 75 / 71 / 71%, bf16 85 / 82 / 82 / 82 / 79% against 59 / 82 / 84 /
+#: 82 / 81%.
+_SPLIT_16_BIT = dict(split_itemsizes=(2, 4), split_packed=True, split_stages=3,
+                     split_poll_asm=True, split_poll_loads=True)
+# chunks of 4096 in 2 warps, ten programs per SM (registers capped at 96)
+_SPLIT_16_SMALL = dict(_SPLIT_16_BIT, split_chunk=4096, split_warps=2, split_programs_per_sm=10)
+# chunks of 4096 in 4 warps, eight per SM (capped at 64): pipelined windows that do not spill
+_SPLIT_16_WINDOWS = dict(_SPLIT_16_BIT, split_chunk=4096, split_warps=4, split_programs_per_sm=8)
+# 16-bit windows of 8k-32k: split in small chunks (the ones up to 8192 stay on chip)
+_WINDOWS_16_SMALL = dict(window_overrides=dict(_SPLIT_16_SMALL, max_on_chip=8192))
 PLAN_TABLE: list[tuple[int, int, int, dict[str, Any]]] = [
     (4, 0, 96, dict(unaligned_elems_per_program=512)),
     (4, 96, 2048, dict(unaligned_elems_per_program=1024)),
@@ -168,19 +188,26 @@ PLAN_TABLE: list[tuple[int, int, int, dict[str, Any]]] = [
     (2, 256, 512, dict(unaligned_elems_per_program=2048)),
     (2, 512, 2048, dict(unaligned_elems_per_program=2048, unaligned_elems_per_thread=32)),
     (2, 2048, 4096, dict(chip_chunked=True, chunk_elems_per_thread=128)),
-    (2, 4096, 16384, dict(elems_per_thread=64, chip_chunked=True, chunk_elems_per_thread=128)),
-    (2, 16384, 24576, dict(chip_chunked=True, chunk_elems_per_thread=128, chip_stages=3)),
-    (2, 24576, 32768, dict(elems_per_thread=64)),
-    (2, 32768, 49152, dict(max_on_chip=49152, chip_chunked=True, chunk_elems_per_thread=128)),
+    (2, 4096, 16384, dict(elems_per_thread=64, chip_chunked=True, chunk_elems_per_thread=128,
+                          **_WINDOWS_16_SMALL)),
+    # rows that 3 chunks of 8192 on chip would pad by 4% or more: split in small chunks
+    (2, 16384, 23552, dict(_SPLIT_16_SMALL, max_on_chip=16384)),
+    (2, 23552, 24576, dict(chip_chunked=True, chunk_elems_per_thread=128, chip_stages=3,
+                           **_WINDOWS_16_SMALL)),
+    (2, 24576, 32768, dict(elems_per_thread=64, **_WINDOWS_16_SMALL)),
+    (2, 32768, 49152, dict(max_on_chip=49152, chip_chunked=True, chunk_elems_per_thread=128,
+                           window_overrides=dict(_SPLIT_16_WINDOWS, max_on_chip=32768))),
     # Long rows split across programs exchanging (m, d) as one self-flagging word polled in
     # one PTX loop with relaxed loads: 8192 elements in 4 warps, five programs per SM
     # (registers capped at 96), the row loop pipelined in 3 stages (the next row's chunk
-    # copied into shared memory while this row waits); rows as windows (odd N) not pipelined:
-    # their loose elements make the pipelined kernel spill (44 bytes at 96 registers).
-    (2, 49152, 1 << 21, dict(split_itemsizes=(2, 4), split_packed=True, split_chunk=8192,
-                             split_warps=4, split_programs_per_sm=5, split_stages=3,
-                             split_window_stages=1, split_poll_asm=True,
-                             split_poll_loads=True)),
+    # copied into shared memory while this row waits). Windows (odd N), which spill when
+    # pipelined in this shape (44 bytes at 96 registers), in chunks of 4096 eight per SM up to
+    # 262,144 (32 chunks), past it in one stage.
+    (2, 49152, 262144, dict(_SPLIT_16_BIT, split_chunk=8192, split_warps=4,
+                            split_programs_per_sm=5, window_overrides=_SPLIT_16_WINDOWS)),
+    (2, 262144, 1 << 21, dict(_SPLIT_16_BIT, split_chunk=8192, split_warps=4,
+                              split_programs_per_sm=5,
+                              window_overrides=dict(split_stages=1))),
 ]
 
 
@@ -215,10 +242,13 @@ def _pow2(n: int) -> int:
     return 1 << max(0, (int(n) - 1).bit_length())
 
 
-def _tuning(n_cols: int, itemsize: int, path: str, tuning: dict[str, Any] | None) -> dict[str, Any]:
-    """TUNING, then the PLAN_TABLE row of this size and length (``path="auto"`` only), then the
+def _tuning(n_cols: int, itemsize: int, path: str, tuning: dict[str, Any] | None,
+            windowed: bool = False) -> dict[str, Any]:
+    """TUNING, then the PLAN_TABLE row of this size and length (``path="auto"`` only), then
+    its ``window_overrides`` for rows handled as aligned windows (``windowed``), then the
     caller's overrides: what both :func:`plan` and the launcher read."""
-    unknown = sorted(set(tuning or {}) - set(TUNING))
+    given = set(tuning or {}) | set((tuning or {}).get("window_overrides", {}))
+    unknown = sorted(given - set(TUNING))
     if unknown:
         close = difflib.get_close_matches(unknown[0], list(TUNING), n=1)
         raise ValueError(
@@ -231,6 +261,8 @@ def _tuning(n_cols: int, itemsize: int, path: str, tuning: dict[str, Any] | None
             if size == itemsize and n_min < n_cols <= n_max:
                 t.update(overrides)
                 break
+    if windowed:  # the row's knobs for windows (a caller's window_overrides replace them)
+        t.update((tuning or {}).get("window_overrides", t["window_overrides"]))
     t.update(tuning or {})
     return t
 
@@ -244,12 +276,15 @@ def plan(
     interpreted: bool | None = None,
     tuning: dict[str, Any] | None = None,
     itemsize: int = 4,
+    windowed: bool = False,
 ) -> Plan:
     """The launch :func:`softmax` makes for rows of ``n_cols`` elements.
 
     ``path="auto"`` keeps rows of at most ``max_on_chip`` elements in registers, and streams
     longer rows (split across programs on the GPU, in tiles of ``tile`` under the interpreter).
     ``interpreted``: plan for Triton's interpreter (None: as ``TRITON_INTERPRET`` says now).
+    ``windowed``: rows handled as aligned windows (odd N; ``n_cols`` is then the window's
+    width), which take their PLAN_TABLE row's ``window_overrides``.
 
     >>> plan(1000, interpreted=False)
     Plan(path='on_chip', block=1024, rows_per_program=4, split=1, num_warps=8, stages=1, chunks=1)
@@ -258,7 +293,7 @@ def plan(
     """
     if interpreted is None:
         interpreted = interpreting()
-    t = _tuning(n_cols, itemsize, path, tuning)
+    t = _tuning(n_cols, itemsize, path, tuning, windowed)
     limit = int(max_on_chip if max_on_chip is not None else t["max_on_chip"])
     if path == "auto":
         if n_cols <= limit:
@@ -309,19 +344,17 @@ class SplitExchange:
         return f"packed st{self.stages} {poll} l{self.lanes}"
 
 
-def split_exchange(t: dict[str, Any], split: int, windowed: bool) -> SplitExchange:
-    """The exchange the split kernel runs for rows of ``split`` chunks under the knobs ``t``
-    (``windowed``: rows as aligned windows, odd N), one place for the launcher and the bench.
+def split_exchange(t: dict[str, Any], split: int) -> SplitExchange:
+    """The exchange the split kernel runs for rows of ``split`` chunks under the knobs ``t``,
+    one place for the launcher and the bench.
 
-    >>> str(split_exchange(_tuning(131072, 2, "auto", None), 16, False))
+    >>> str(split_exchange(_tuning(131072, 2, "auto", None), 16))
     'packed st3 asm loads l32'
-    >>> str(split_exchange(_tuning(100001, 2, "auto", None), 13, True))
-    'packed st1 asm loads l32'
+    >>> str(split_exchange(_tuning(300007, 2, "auto", None, windowed=True), 37))
+    'packed st1 asm loads l64'
     """
     packed = bool(t["split_packed"])
-    stages = int(t["split_window_stages"] if windowed and t["split_window_stages"]
-                 else t["split_stages"])
-    stages = stages if packed else 1  # the pipelined loop needs the PTX poll
+    stages = int(t["split_stages"]) if packed else 1  # the pipelined loop needs the PTX poll
     in_asm = packed and (stages > 1 or bool(t["split_poll_asm"]))
     if _pow2(int(t["split_min_lanes"])) != int(t["split_min_lanes"]) or stages < 1:
         raise ValueError(f"split_min_lanes={t['split_min_lanes']!r} must be a power of two and "
