@@ -126,8 +126,12 @@ def variants(n: int, itemsize: int) -> list[tuple[str, dict[str, Any]]]:
                     out.append((f"chip chunks ept128 st{st}", dict(path="on_chip", tuning=dict(
                         chip_chunked=True, chunk_elems_per_thread=128, chip_stages=st,
                         chip_pipelined_block_16bit=1 << 30))))
-    if itemsize == 2 and 8192 < n <= 49152:  # split in small chunks instead of on chip
-        for chunk, warps, per_sm in ((4096, 2, 10), (4096, 4, 8), (2048, 2, 16)):
+    # split in small chunks instead of on chip: 16-bit rows, fp32 odd rows (past 32,768 the
+    # long-row shapes below have them)
+    if 4096 < n <= (49152 if itemsize == 2 else 32768) and (itemsize == 2 or n % 4):
+        shapes = (((4096, 2, 10), (4096, 4, 8), (2048, 2, 16)) if itemsize == 2
+                  else ((4096, 2, 8), (4096, 4, 6), (2048, 2, 12)))
+        for chunk, warps, per_sm in shapes:
             out.append((f"split c{chunk} w{warps} x{per_sm} packed st3 loads", dict(
                 path="split", tuning=dict(split_chunk=chunk, split_warps=warps,
                                           split_programs_per_sm=per_sm, split_packed=True,

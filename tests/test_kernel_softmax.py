@@ -263,10 +263,11 @@ def test_short_rows_off_the_vector_boundary_take_smaller_programs():
     assert (p.block, p.rows_per_program, shift) == (64, 8, 1)
 
 
-def test_16_bit_rows_of_8k_to_262k_split_where_on_chip_pads_or_windows_lose():
+def test_rows_of_4k_to_262k_split_where_on_chip_pads_or_windows_lose():
     """PLAN_TABLE: 16-bit rows that 3 chunks of 8192 would pad by 4% or more, and windows
     (odd N, width n + 7) of 8k-32k, split in chunks of 4096 in 2 warps, ten per SM; windows
-    of 32k-262k in chunks of 4096 in 4 warps, pipelined; the rest as before."""
+    of 32k-262k in chunks of 4096 in 4 warps, pipelined; fp32 windows of 4k-6k and 8k-32k in
+    small chunks; the rest as before."""
     def launch(n: int, windowed: bool = False) -> tuple:
         p = sp.plan(n + 7 * windowed, itemsize=2, interpreted=False, windowed=windowed)
         return p.path, p.block, p.split, p.num_warps
@@ -282,6 +283,16 @@ def test_16_bit_rows_of_8k_to_262k_split_where_on_chip_pads_or_windows_lose():
     assert launch(40001)[0] == "on_chip"  # aligned rows of that length: on chip
     assert launch(100001, windowed=True) == ("split", 4096, 25, 4)
     assert launch(300001, windowed=True) == ("split", 8192, 37, 4)
+    # fp32 windows (width n + 3) where the on-chip block pads most: 4k-6k in chunks of 4096,
+    # 8k-32k in chunks of 2048, both in 2 warps; 7,001 and aligned rows stay on chip
+    def fp32(n: int, windowed: bool = True) -> tuple:
+        p = sp.plan(n + 3 * windowed, itemsize=4, interpreted=False, windowed=windowed)
+        return p.path, p.block, p.split, p.num_warps
+
+    assert fp32(5001) == ("split", 4096, 2, 2)
+    assert fp32(12289) == ("split", 2048, 7, 2)
+    assert fp32(30001) == ("split", 2048, 15, 2)
+    assert fp32(7001)[0] == fp32(12288, windowed=False)[0] == fp32(40001)[0] == "on_chip"
     # a caller's window_overrides replace the row's: {} plans windows as aligned rows
     t = sp._tuning(12296, 2, "auto", dict(window_overrides={}), windowed=True)
     assert t["max_on_chip"] == sp.TUNING["max_on_chip"] and not t["split_packed"]
@@ -602,7 +613,7 @@ def _hard_rows(n: int, dtype) -> torch.Tensor:
 @gpu
 @requires_cuda
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("n", [1000, 4096, 12289, 20001, 32768, 32769, 40001, 50257, 65536, 65537,
+@pytest.mark.parametrize("n", [1000, 4096, 5001, 12289, 20001, 32768, 32769, 40001, 50257, 65536, 65537,
                                131072 + 3, 151936, 262137, 300_000, (1 << 20) + 3])
 def test_gpu_long_rows_every_path(dtype, n):
     t = _hard_rows(n, dtype)
@@ -799,6 +810,8 @@ def test_the_shipped_split_launches_do_not_spill():
     assert [(r["options"]["CHUNK"], r["options"]["num_warps"]) for r in small] == [
         (4096, 2), (4096, 2), (4096, 2), (4096, 4), (4096, 4)]
     rows += small
+    # fp32 windows of 4k-32k: chunks of 4096 and 2048 in 2 warps
+    rows += _split_ptxas("--dtypes", "float32", "--ns", "5001,20001")
     for r in rows:
         assert r["options"]["POLL_IN_ASM"] and r["options"]["PACKED"], r["options"]
         assert r["registers"] <= r["options"]["maxnreg"], r
