@@ -15,8 +15,9 @@
 #         kernels: the kernel test files compiled on the GPU (SOFTMAX_TESTS: a -k filter), each
 #         attention variant too;
 #         attention: bench/attention.py with ATTN_ARGS (e.g. --tiles to time pinned configs);
-#         gluon: the Gluon attention candidate (bench/gluon_attention.py): its GPU tests, its
-#         bench against SDPA and onlinesm, and `onlinesm check` on it;
+#         gluon: the Gluon attention candidates (bench/gluon_attention.py): their GPU tests
+#         (GLUON_TEST_S the limit), their bench against SDPA and onlinesm, and `onlinesm
+#         check` on each;
 #         ncu: Nsight Compute on the launches that miss their speed targets (bench/ncu_targets.py;
 #         NCU_CASES: an extended regex of the cases to run, all by default).
 # A run longer than one call's limit goes through bench/gpu_background.sh.
@@ -93,16 +94,21 @@ for phase in "$@"; do
         start=$SECONDS
       done ;;
     gluon)
-      timeout 240 python3 -m pytest -q -x -p no:cacheprovider tests/test_kernel_attention.py -k gluon > "$OUT/gluon_tests.log" 2>&1
-      echo "== gluon candidate tests: rc=$? $((SECONDS - start)) s"; tail -2 "$OUT/gluon_tests.log"
+      # The tests first, with a short limit: a kernel that deadlocks (mbarrier phases) stops
+      # the phase there instead of hanging the bench too.
+      timeout ${GLUON_TEST_S:-120} python3 -m pytest -q -x -p no:cacheprovider tests/test_kernel_attention.py -k gluon > "$OUT/gluon_tests.log" 2>&1
+      rc=$?; echo "== gluon candidate tests: rc=$rc $((SECONDS - start)) s"; tail -2 "$OUT/gluon_tests.log"
+      [ $rc -eq 0 ] || continue
       start=$SECONDS
-      timeout 300 python3 bench/gluon_attention.py --bench > "$OUT/gluon_bench.log" 2>&1
+      timeout 200 python3 bench/gluon_attention.py --bench > "$OUT/gluon_bench.log" 2>&1
       echo "== gluon candidate bench: rc=$? $((SECONDS - start)) s"; grep -a "^|" "$OUT/gluon_bench.log"
-      start=$SECONDS
-      ( cd /tmp && timeout 240 python3 -m onlinesm check "$X/bench/gluon_attention.py:attention" --op attention \
-          --dtypes bfloat16,float16 --head-dims 64,128 --seq-multiple 128 --same-seq --no-mask \
-          --max-seq-q 512 --max-seq-k 512 --unsupported "ValueError:gluon candidate" --seed 0 -q ) > "$OUT/gluon_check.txt" 2>&1
-      echo "== onlinesm check of the gluon candidate: rc=$? $((SECONDS - start)) s"; tail -5 "$OUT/gluon_check.txt" ;;
+      for fn in attention attention_ws; do
+        start=$SECONDS
+        ( cd /tmp && timeout 120 python3 -m onlinesm check "$X/bench/gluon_attention.py:$fn" --op attention \
+            --dtypes bfloat16,float16 --head-dims 64,128 --seq-multiple 128 --same-seq --no-mask \
+            --max-seq-q 512 --max-seq-k 512 --unsupported "ValueError:gluon candidate" --seed 0 -q ) > "$OUT/gluon_check_$fn.txt" 2>&1
+        echo "== onlinesm check of gluon $fn: rc=$? $((SECONDS - start)) s"; head -1 "$OUT/gluon_check_$fn.txt"; tail -2 "$OUT/gluon_check_$fn.txt"
+      done ;;
     attention)
       timeout 560 python3 bench/attention.py ${ATTN_ARGS:-} > "$OUT/attention.log" 2>&1
       echo "== attention: rc=$? $((SECONDS - start)) s"; grep -a "^| [bf]\|^check\|tiles .*Error" "$OUT/attention.log" | head -60 ;;

@@ -334,9 +334,12 @@ def _gluon_offline(*args: str) -> list[dict]:
 def test_the_gluon_candidate_compiles_without_spills_or_serialised_wgmma():
     rows = _gluon_offline()
     assert len(rows) == 4  # D = 64 and 128, causal and not
-    for r in rows:
+    ws = _gluon_offline("--ws")  # warp-specialized: 12 warps at 168 registers fill the SM
+    assert len(ws) == 4 and all(r["block_n"] == 128 for r in ws)
+    for r in rows + ws:
         assert r["spill_bytes"] == 0 and not r["serialized"], r
         assert r["registers"] <= 255 and r["shared"] <= 227 * 1024, r
+    assert all(r["registers"] <= 168 for r in ws), ws
 
 
 def test_the_gluon_audit_sees_serialised_wgmma():
@@ -369,6 +372,24 @@ def test_gpu_gluon_candidate_matches_oracle(dtype: Any, d: int, causal: bool, bl
     q, k, v = _inputs((2, 2, 384, d), (2, 2, 384, d), dtype, seed=d)
     q = q * 8  # large scores: the running max moves from tile to tile
     o = g.attention(q, k, v, causal=causal, block_n=block_n)
+    o_ref, _, o_tol, _ = _bounds(q, k, v, dtype, causal=causal)
+    err = np.abs(to_numpy(o).astype(np.float64) - o_ref)
+    worst = err.argmax()
+    assert np.all(err <= o_tol), f"|error| {err.flat[worst]:.3g} > {o_tol.flat[worst]:.3g}"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bfloat16", "float16"])
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("seq", [128, 384, 1024])
+def test_gpu_gluon_ws_candidate_matches_oracle(dtype: Any, d: int, causal: bool, seq: int):
+    # The warp-specialized kernel: one key tile (no loop), three (the unmasked middle and the
+    # masked last), eight (the 3-buffer ring wraps, its barriers change phase).
+    g = _gluon_module()
+    q, k, v = _inputs((2, 2, seq, d), (2, 2, seq, d), dtype, seed=seq + d)
+    q = q * 8  # large scores: the running max moves from tile to tile
+    o = g.attention_ws(q, k, v, causal=causal)
     o_ref, _, o_tol, _ = _bounds(q, k, v, dtype, causal=causal)
     err = np.abs(to_numpy(o).astype(np.float64) - o_ref)
     worst = err.argmax()
