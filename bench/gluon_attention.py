@@ -441,18 +441,14 @@ def attention_ws(q: Any, k: Any, v: Any, *, mask: Any = None, causal: bool = Fal
 
 def _use_torch_allocator() -> None:
     """TMA descriptors made on the device live in global scratch that Triton asks an
-    allocator for: torch's CUDA caching allocator (set once, process-wide)."""
+    allocator for: torch's CUDA caching allocator. Set on every call: Triton keeps it in a
+    context variable, so one set in another thread (onlinesm check runs kernels in a worker
+    thread) is not seen here."""
     import torch
     import triton
 
-    global _ALLOCATOR_SET
-    if not _ALLOCATOR_SET:
-        triton.set_allocator(lambda size, alignment, stream: torch.empty(
-            size, dtype=torch.int8, device="cuda"))
-        _ALLOCATOR_SET = True
-
-
-_ALLOCATOR_SET = False
+    triton.set_allocator(lambda size, alignment, stream: torch.empty(
+        size, dtype=torch.int8, device="cuda"))
 
 
 def compile_offline(head_d: int, causal: bool, block_n: int | None = None,
