@@ -394,3 +394,67 @@ def test_gpu_gluon_ws_candidate_matches_oracle(dtype: Any, d: int, causal: bool,
     err = np.abs(to_numpy(o).astype(np.float64) - o_ref)
     worst = err.argmax()
     assert np.all(err <= o_tol), f"|error| {err.flat[worst]:.3g} > {o_tol.flat[worst]:.3g}"
+
+
+# ---- the opt-in Gluon kernel (kernels/attention_gluon.py) behind attention() ----
+def _gluon_kernel_module() -> Any:
+    pytest.importorskip("triton.experimental.gluon.language.nvidia.hopper")
+    return importlib.import_module("onlinesm.kernels.attention_gluon")
+
+
+def test_the_gluon_kernel_says_why_a_call_is_not_its_own():
+    ag = _gluon_kernel_module()
+    q = torch.zeros(1, 2, 128, 64, dtype=torch.bfloat16)
+    assert "no mask" in ag.fits(q, q, q, mask=torch.ones(128, 128, dtype=torch.bool))
+    assert "logsumexp" in ag.fits(q, q, q, return_lse=True)
+    assert "bf16 or fp16" in ag.fits(q.float(), q.float(), q.float())
+    assert "one shape" in ag.fits(q, q[:, :1], q[:, :1])  # grouped-query
+    assert "multiple of 128" in ag.fits(*(q[:, :, :100],) * 3)
+    assert "D of 64 or 128" in ag.fits(*(torch.zeros(1, 2, 128, 96, dtype=torch.bfloat16),) * 3)
+    assert "CUDA" in ag.fits(q, q, q)
+    # where it pays: D = 128 and S >= 4096 (measured on the H200)
+    assert ag.pays(torch.zeros(1, 1, 4096, 128)) and not ag.pays(torch.zeros(1, 1, 4096, 64))
+    assert not ag.pays(torch.zeros(1, 1, 2048, 128))
+    with pytest.raises(ValueError, match="the Gluon attention kernel needs q, k, v of one shape"):
+        ag.forward(q[:, :, :100], q, q)
+
+
+def test_use_gluon_leaves_calls_it_does_not_cover_to_the_triton_kernel(monkeypatch):
+    ag = _gluon_kernel_module()
+    module = sys.modules["onlinesm.kernels.attention"]
+    calls = []
+    monkeypatch.setattr(ag, "forward", lambda *a, **kw: calls.append(1))
+    try:
+        assert kernels.use_gluon(True)
+        q, k, v = _inputs((1, 2, 128, 64), (1, 2, 128, 64), torch.bfloat16, seed=1)
+        mask = torch.ones(128, 128, dtype=torch.bool, device=DEVICE)
+        o = attention(q, k, v, mask=mask)  # a mask: never the Gluon kernel
+        o_ref, _, o_tol, _ = _bounds(q, k, v, torch.bfloat16, mask=mask)
+        assert np.all(np.abs(to_numpy(o).astype(np.float64) - o_ref) <= o_tol)
+        if INTERPRET:  # under the interpreter not even a call it covers
+            attention(q, k, v)
+        assert calls == []
+    finally:
+        assert not kernels.use_gluon(False) and not module._gluon_on
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bfloat16", "float16"])
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+def test_gpu_use_gluon_runs_the_calls_it_covers(dtype: Any, causal: bool, monkeypatch):
+    ag = _gluon_kernel_module()
+    calls = []
+    forward = ag.forward
+    monkeypatch.setattr(ag, "forward", lambda *a, **kw: calls.append(1) or forward(*a, **kw))
+    try:
+        assert kernels.use_gluon(True)
+        q, k, v = _inputs((1, 2, 4096, 128), (1, 2, 4096, 128), dtype, seed=7)
+        o = attention(q * 8, k, v, causal=causal)
+        assert calls == [1]
+        o_ref, _, o_tol, _ = _bounds(q * 8, k, v, dtype, causal=causal)
+        assert np.all(np.abs(to_numpy(o).astype(np.float64) - o_ref) <= o_tol)
+        attention(q, k, v, causal=causal, return_lse=True)  # lse: the Triton kernel
+        attention(q[..., :2048, :], k[..., :2048, :], v[..., :2048, :])  # short: Triton's
+        assert calls == [1]
+    finally:
+        kernels.use_gluon(False)

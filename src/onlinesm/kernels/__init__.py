@@ -37,6 +37,7 @@ __all__ = [
     "interpreting",
     "softmax",
     "attention",
+    "use_gluon",
     "PIN_ENV",
     "configs_pinned",
     "pinned_configs",
@@ -112,15 +113,32 @@ def use_interpreter(flag: bool | None = None) -> bool:
     return want
 
 
+def _kernel_module(name: str) -> Any:
+    """Import the module of kernel ``name`` (softmax, attention) and bind its function here."""
+    module = importlib.import_module(_KERNEL_MODULES[name])
+    # Importing the submodule bound the *module* to this package's attribute of the same
+    # name; rebind the function, so later lookups skip __getattr__ and get what they asked for.
+    globals()[name] = getattr(module, name)
+    return module
+
+
+def use_gluon(on: bool = True) -> bool:
+    """Run the attention calls that the Gluon kernel for Hopper covers (16-bit, Sq == Sk, no
+    GQA, no mask, S % 128 == 0, D 64 or 128, no lse, an sm_90 GPU) and is faster on (D = 128,
+    S >= 4096) on it, or stop; returns
+    whether it is on (off where this triton has no Gluon). Also ``ONLINESM_ATTENTION_GLUON=1``.
+    Choose the interpreter or not first (:func:`use_interpreter`): this imports the kernel.
+
+    >>> use_gluon(False)
+    False
+    """
+    return _kernel_module("attention").use_gluon(on)
+
+
 def __getattr__(name: str) -> Any:
     """Import a kernel on first use: ``from onlinesm.kernels import softmax, attention``."""
     if name in _KERNEL_MODULES:
-        module = importlib.import_module(_KERNEL_MODULES[name])
-        function = getattr(module, name)
-        # Importing the submodule bound the *module* to this package's attribute of the same
-        # name; rebind the function, so later lookups skip this hook and get what they asked for.
-        globals()[name] = function
-        return function
+        return getattr(_kernel_module(name), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

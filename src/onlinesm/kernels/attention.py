@@ -83,6 +83,8 @@ __all__ = [
     "PINNED_CONFIGS",
     "ATTN_DO_NOT_SPECIALIZE",
     "launch_config",
+    "GLUON_ENV",
+    "use_gluon",
 ]
 
 #: The exp's accuracy class: ``tl.math.exp2`` (hardware ex2.approx on the GPU).
@@ -130,6 +132,35 @@ def interpret_config(seq_k: int) -> dict[str, int]:
 def _interpreting() -> bool:
     """True when TRITON_INTERPRET asks for Triton's CPU interpreter (read, never set, here)."""
     return os.environ.get("TRITON_INTERPRET", "0").strip().lower() in ("1", "true", "on", "yes")
+
+
+#: ``ONLINESM_ATTENTION_GLUON=1``: calls the Gluon kernel covers (attention_gluon.fits: 16-bit,
+#: Sq == Sk, no GQA, no mask, S % 128 == 0, D 64 or 128, no lse, an sm_90 GPU) where it is
+#: faster (attention_gluon.pays: D = 128, S >= 4096) run it, the rest this module's kernel.
+#: Opt-in until the full property suite has run with it on.
+GLUON_ENV = "ONLINESM_ATTENTION_GLUON"
+_gluon_on = os.environ.get(GLUON_ENV, "0").strip().lower() in ("1", "true", "on", "yes")
+
+
+def use_gluon(on: bool = True) -> bool:
+    """Route the calls the Gluon kernel (``attention_gluon``) covers to it, or stop; returns
+    whether it is on. Where this triton has no Gluon for Hopper it stays off.
+
+    >>> use_gluon(False)
+    False
+    """
+    global _gluon_on
+    _gluon_on = bool(on) and _gluon_module() is not None
+    return _gluon_on
+
+
+def _gluon_module() -> Any:
+    """onlinesm.kernels.attention_gluon, or None where this triton cannot import it."""
+    try:
+        from onlinesm.kernels import attention_gluon
+    except ImportError:
+        return None
+    return attention_gluon
 
 
 #: The mode this module's kernels were decorated in. Triton decides it once, when ``@triton.jit``
@@ -638,6 +669,12 @@ def attention(
     scale = float(scale)
     if not math.isfinite(scale):
         raise ValueError(f"scale={scale} is not finite; pass a finite float (default 1/sqrt(D))")
+
+    if _gluon_on and not interpret:
+        gluon = _gluon_module()
+        if (gluon is not None and gluon.pays(q)
+                and gluon.fits(q, k, v, mask=mask, return_lse=return_lse) is None):
+            return gluon.forward(q, k, v, causal=causal, scale=scale)
 
     # The kernel indexes the last dim with stride 1; anything else is copied once.
     q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))

@@ -1,0 +1,322 @@
+"""Attention forward for Hopper in Gluon: a TMA producer warp, two consumer warpgroups in ping-pong.
+
+What: FlashAttention-3's schedule written in Gluon (Triton's explicit-layout dialect), for the
+inputs it covers: 16-bit q, k, v of one shape [B, H, S, D] (no GQA, Sq == Sk), S a multiple
+of 128, D of 64 or 128, no mask, causal or not, on an sm_90 GPU. One warp only loads (Q
+once, then K and V tiles through a ring of shared-memory buffers, by TMA), and two
+warpgroups of 4 warps each own 64 query rows and take turns at the tensor cores: one issues
+its Q K^T and the previous tile's P V, hands the turn over, and does its softmax while the
+other's matmuls run.
+
+Why: the Triton kernel (attention.py) cannot overlap a tile's softmax with matmuls (Triton
+waits for a wgmma at once when its result feeds anything but another wgmma), which held it at
+0.72-0.80 of cuDNN at D = 128. This one reaches 0.90-1.03 there on an H200 (medians of 3,
+S >= 4096; reports/h200/bench_attention.md).
+
+Status: opt-in. ``attention()`` runs it for the calls it covers (:func:`fits`) where it is the
+faster kernel (:func:`pays`: D = 128, S >= 4096) when ``ONLINESM_ATTENTION_GLUON=1``
+(``use_gluon(True)``); the default stays the Triton kernel until the full property suite has
+run on the H200 with it on. Its own oracle tests and ``onlinesm check`` on it pass there.
+
+    >>> from onlinesm.kernels import attention_gluon as ag
+    >>> ag.fits(q, k, v)  # None, or why not  # doctest: +SKIP
+    >>> o = ag.forward(q, k, v, causal=True)  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (
+    mbarrier,
+    tma,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
+
+__all__ = ["fits", "pays", "forward", "WS_BLOCK_M"]
+
+#: TMA from global to shared memory (renamed async_load after triton 3.6)
+_tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
+
+@gluon.jit
+def _softmax_tile(s, m_i, l_i, j, offs_m, qk_scale_log2,
+                  BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr, S_LAYOUT: gl.constexpr):
+    """One step of the online softmax on the score tile s of key tile j: (p, alpha, m, l)."""
+    s = s * qk_scale_log2  # the scale folded into log2(e): exp(x * scale) = exp2(s)
+    if CAUSAL:  # key n visible to query m when n <= m (Sq == Sk: both alignments agree)
+        offs_n = j * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, S_LAYOUT))
+        s = gl.where(offs_n[None, :] <= offs_m[:, None], s, -float("inf"))
+    # Every row sees key 0 in tile 0 (no mask), so m is finite from the first tile on, and
+    # alpha = exp2(-inf - m) = 0 there: no exp(-inf - -inf).
+    m_new = gl.maximum(m_i, gl.max(s, axis=1))
+    alpha = gl.exp2(m_i - m_new)  # rescales what was summed under the old max
+    p = gl.exp2(s - m_new[:, None])
+    l_i = l_i * alpha + gl.sum(p, axis=1)
+    return p, alpha, m_new, l_i
+
+
+# FlashAttention-3's schedule: one warp only loads (Q once, then K and V tiles through a ring
+# of shared-memory buffers with TMA, each buffer guarded by a "ready" mbarrier the copy
+# completes and an "empty" one both consumers release), and two warpgroups of 4 warps each own
+# 64 query rows. The two take turns at the tensor cores (two mbarriers, "turn"): a warpgroup
+# issues its Q K^T and the previous tile's P V, hands the turn over, and does its softmax
+# while the other warpgroup's matmuls run. Registers move to the consumers (the producer keeps
+# 24 per thread).
+WS_ROWS = 64  # query rows per consumer warpgroup
+WS_BLOCK_M = 2 * WS_ROWS  # query rows per program
+WS_NUM_BUF = 3  # K/V buffers in the ring (D = 128: 3 x 64 KB + Q's 32 KB of the 227 KB)
+WS_MAXNREG = 168  # 12 warps (3 warpgroups) x 168 = the SM's 64k registers for one program
+# (per thread: 240 for each consumer warpgroup, 24 for the producer's, set in _attn_fwd_ws)
+
+
+@gluon.jit
+def _ws_producer(smem, bars, ptrs, seq, start_m, n_tiles, WG: gl.constexpr,
+                 ROWS: gl.constexpr, HEAD_D: gl.constexpr, BLOCK_N: gl.constexpr,
+                 NUM_BUF: gl.constexpr, SMEM: gl.constexpr, S_LAYOUT: gl.constexpr,
+                 O_LAYOUT: gl.constexpr, P_LAYOUT: gl.constexpr, CAUSAL: gl.constexpr):
+    """The load warp: Q of both warpgroups, then K and V of every key tile, by TMA."""
+    q_smem, k_smem, v_smem = smem
+    q_bar, ready, empty, turn = bars
+    q_ptr, k_ptr, v_ptr, o_ptr, base, qk_scale_log2 = ptrs
+    # Descriptors of this (batch, head)'s [S, D] slices, made on the device (they need the
+    # global scratch that triton.set_allocator provides).
+    q_desc = tma.make_tensor_descriptor(q_ptr + base, [seq, HEAD_D], [HEAD_D, 1],
+                                        [ROWS, HEAD_D], SMEM)
+    k_desc = tma.make_tensor_descriptor(k_ptr + base, [seq, HEAD_D], [HEAD_D, 1],
+                                        [BLOCK_N, HEAD_D], SMEM)
+    v_desc = tma.make_tensor_descriptor(v_ptr + base, [seq, HEAD_D], [HEAD_D, 1],
+                                        [BLOCK_N, HEAD_D], SMEM)
+    mbarrier.expect(q_bar, 2 * q_desc.block_type.nbytes)
+    _tma_load(q_desc, [start_m, 0], q_bar, q_smem.index(0))
+    _tma_load(q_desc, [start_m + ROWS, 0], q_bar, q_smem.index(1))
+    for j in range(n_tiles):
+        b = j % NUM_BUF
+        # Wait until both consumers released this buffer (its previous tile's P V is done).
+        # mbarriers start with phase 1 complete, so the first pass does not wait.
+        mbarrier.wait(empty.index(b), ((j // NUM_BUF) & 1) ^ 1)
+        mbarrier.expect(ready.index(b), k_desc.block_type.nbytes + v_desc.block_type.nbytes)
+        _tma_load(k_desc, [j * BLOCK_N, 0], ready.index(b), k_smem.index(b))
+        _tma_load(v_desc, [j * BLOCK_N, 0], ready.index(b), v_smem.index(b))
+
+
+@gluon.jit
+def _ws_step(j, q, k_smem, v_smem, ready, empty, turn, p_op, acc, m_i, l_i, zeros_s, offs_m,
+             qk_scale_log2, WG: gl.constexpr, BLOCK_N: gl.constexpr, NUM_BUF: gl.constexpr,
+             MASK: gl.constexpr, S_LAYOUT: gl.constexpr, O_LAYOUT: gl.constexpr,
+             P_LAYOUT: gl.constexpr):
+    """Turn j of a consumer warpgroup: tile j's scores and tile j - 1's P V on the tensor
+    cores, then tile j's softmax while the other warpgroup's matmuls run."""
+    b = j % NUM_BUF
+    b_prev = (j - 1) % NUM_BUF
+    mbarrier.wait(ready.index(b), (j // NUM_BUF) & 1)  # K and V of tile j landed
+    mbarrier.wait(turn.index(WG), j & 1)  # my turn at the tensor cores
+    s = warpgroup_mma(q, k_smem.index(b).permute((1, 0)), zeros_s, use_acc=False,
+                      is_async=True)
+    acc = warpgroup_mma(p_op, v_smem.index(b_prev), acc, is_async=True)
+    mbarrier.arrive(turn.index(1 - WG), count=1)  # the other warpgroup's turn
+    s, acc = warpgroup_mma_wait(0, deps=[s, acc])
+    mbarrier.arrive(empty.index(b_prev), count=1)  # tile j - 1's buffers are free
+    # This tile's softmax, and the rescale of o under the new max before the next P V.
+    p, alpha, m_i, l_i = _softmax_tile(s, m_i, l_i, j, offs_m, qk_scale_log2, BLOCK_N, MASK,
+                                       S_LAYOUT)
+    acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, O_LAYOUT))[:, None]
+    p_op = gl.convert_layout(p.to(p_op.dtype), P_LAYOUT)
+    return p_op, acc, m_i, l_i
+
+
+@gluon.jit
+def _ws_consumer(smem, bars, ptrs, seq, start_m, n_tiles, WG: gl.constexpr,
+                 ROWS: gl.constexpr, HEAD_D: gl.constexpr, BLOCK_N: gl.constexpr,
+                 NUM_BUF: gl.constexpr, SMEM: gl.constexpr, S_LAYOUT: gl.constexpr,
+                 O_LAYOUT: gl.constexpr, P_LAYOUT: gl.constexpr, CAUSAL: gl.constexpr):
+    """One warpgroup's ROWS query rows (WG 0 or 1): the online softmax over every key tile,
+    its matmuls issued in turn with the other warpgroup's. Each warpgroup takes n_tiles + 1
+    turns: tile 0's scores; tile j's scores with tile j - 1's P V; the last P V."""
+    q_smem, k_smem, v_smem = smem
+    q_bar, ready, empty, turn = bars
+    q_ptr, k_ptr, v_ptr, o_ptr, base, qk_scale_log2 = ptrs
+    dtype: gl.constexpr = q_ptr.dtype.element_ty
+    row0 = start_m + WG * ROWS
+    offs_m = row0 + gl.arange(0, ROWS, layout=gl.SliceLayout(1, S_LAYOUT))
+    zeros_s = gl.zeros([ROWS, BLOCK_N], gl.float32, S_LAYOUT)
+    l_i = gl.zeros([ROWS], gl.float32, gl.SliceLayout(1, S_LAYOUT))
+    acc = gl.zeros([ROWS, HEAD_D], gl.float32, O_LAYOUT)
+    q = q_smem.index(WG)
+    mbarrier.wait(q_bar, 0)
+
+    # Turn 0: tile 0's scores.
+    mbarrier.wait(ready.index(0), 0)
+    mbarrier.wait(turn.index(WG), 0)
+    s = warpgroup_mma(q, k_smem.index(0).permute((1, 0)), zeros_s, use_acc=False,
+                      is_async=True)
+    mbarrier.arrive(turn.index(1 - WG), count=1)  # the other warpgroup's turn
+    s = warpgroup_mma_wait(0, deps=[s])
+    m_i = gl.full([ROWS], -float("inf"), gl.float32, gl.SliceLayout(1, S_LAYOUT))
+    p, alpha, m_i, l_i = _softmax_tile(s, m_i, l_i, 0, offs_m, qk_scale_log2, BLOCK_N, CAUSAL,
+                                       S_LAYOUT)
+    p_op = gl.convert_layout(p.to(dtype), P_LAYOUT)
+
+    # Tiles 1 .. n_tiles - 2 need no mask (causal: they lie below both warpgroups' diagonals);
+    # the last one does.
+    for j in range(1, n_tiles - 1):
+        p_op, acc, m_i, l_i = _ws_step(j, q, k_smem, v_smem, ready, empty, turn, p_op, acc, m_i,
+                                       l_i, zeros_s, offs_m, qk_scale_log2, WG, BLOCK_N,
+                                       NUM_BUF, False, S_LAYOUT, O_LAYOUT, P_LAYOUT)
+    if n_tiles > 1:
+        p_op, acc, m_i, l_i = _ws_step(n_tiles - 1, q, k_smem, v_smem, ready, empty, turn, p_op,
+                                       acc, m_i, l_i, zeros_s, offs_m, qk_scale_log2, WG,
+                                       BLOCK_N, NUM_BUF, CAUSAL, S_LAYOUT, O_LAYOUT, P_LAYOUT)
+
+    # Turn n_tiles: the last tile's P V.
+    b_last = (n_tiles - 1) % NUM_BUF
+    mbarrier.wait(turn.index(WG), n_tiles & 1)
+    acc = warpgroup_mma(p_op, v_smem.index(b_last), acc, is_async=True)
+    mbarrier.arrive(turn.index(1 - WG), count=1)
+    acc = warpgroup_mma_wait(0, deps=[acc])
+    mbarrier.arrive(empty.index(b_last), count=1)
+    o = acc / gl.convert_layout(l_i, gl.SliceLayout(1, O_LAYOUT))[:, None]
+    o_rows = row0 + gl.arange(0, ROWS, layout=gl.SliceLayout(1, O_LAYOUT))
+    o_cols = gl.arange(0, HEAD_D, layout=gl.SliceLayout(0, O_LAYOUT))
+    gl.store(o_ptr + base + o_rows.to(gl.int64)[:, None] * HEAD_D + o_cols[None, :], o.to(dtype))
+
+
+@gluon.jit
+def _attn_fwd_ws(q_ptr, k_ptr, v_ptr, o_ptr, seq, qk_scale_log2,
+                 ROWS: gl.constexpr, HEAD_D: gl.constexpr, BLOCK_N: gl.constexpr,
+                 NUM_BUF: gl.constexpr, SMEM: gl.constexpr, S_LAYOUT: gl.constexpr,
+                 O_LAYOUT: gl.constexpr, P_LAYOUT: gl.constexpr, CAUSAL: gl.constexpr):
+    dtype: gl.constexpr = q_ptr.dtype.element_ty
+    block = gl.program_id(0)
+    if CAUSAL:  # the blocks with the most key tiles (the last queries) start first
+        block = gl.num_programs(0) - 1 - block
+    start_m = block * (2 * ROWS)
+    base = gl.program_id(1).to(gl.int64) * seq * HEAD_D  # this (batch, head): [S, D]
+    q_smem = gl.allocate_shared_memory(dtype, [2, ROWS, HEAD_D], SMEM)
+    k_smem = gl.allocate_shared_memory(dtype, [NUM_BUF, BLOCK_N, HEAD_D], SMEM)
+    v_smem = gl.allocate_shared_memory(dtype, [NUM_BUF, BLOCK_N, HEAD_D], SMEM)
+    q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    ready = gl.allocate_shared_memory(gl.int64, [NUM_BUF, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [NUM_BUF, 1], mbarrier.MBarrierLayout())
+    turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    mbarrier.init(q_bar, count=1)
+    for i in gl.static_range(NUM_BUF):
+        mbarrier.init(ready.index(i), count=1)  # the TMA transaction completes it
+        mbarrier.init(empty.index(i), count=2)  # both consumers release it
+    for i in gl.static_range(2):
+        mbarrier.init(turn.index(i), count=1)
+    mbarrier.arrive(turn.index(0), count=1)  # warpgroup 0 goes first
+    # Both warpgroups walk the same key tiles (causal: up to the block's last row; the tiles
+    # past warpgroup 0's diagonal are masked out for it), so their turns stay in step.
+    hi = seq
+    if CAUSAL:
+        hi = gl.minimum(seq, start_m + 2 * ROWS)
+    n_tiles = gl.cdiv(hi, BLOCK_N)
+    smem = (q_smem, k_smem, v_smem)
+    bars = (q_bar, ready, empty, turn)
+    ptrs = (q_ptr, k_ptr, v_ptr, o_ptr, base, qk_scale_log2)
+    # One signature for every partition: (shared buffers, barriers, pointers, scalars, which
+    # warpgroup, constants); the default partition is consumer 0.
+    gl.warp_specialize([
+        (_ws_consumer, (smem, bars, ptrs, seq, start_m, n_tiles, 0, ROWS, HEAD_D, BLOCK_N,
+                        NUM_BUF, SMEM, S_LAYOUT, O_LAYOUT, P_LAYOUT, CAUSAL)),
+        (_ws_consumer, (smem, bars, ptrs, seq, start_m, n_tiles, 1, ROWS, HEAD_D, BLOCK_N,
+                        NUM_BUF, SMEM, S_LAYOUT, O_LAYOUT, P_LAYOUT, CAUSAL)),
+        (_ws_producer, (smem, bars, ptrs, seq, start_m, n_tiles, 0, ROWS, HEAD_D, BLOCK_N,
+                        NUM_BUF, SMEM, S_LAYOUT, O_LAYOUT, P_LAYOUT, CAUSAL)),
+    ], [4, 1], [240, 24])
+
+
+def _ws_constexprs(head_d: int, block_n: int, causal: bool) -> dict[str, Any]:
+    """The warp-specialized kernel's compile-time arguments (4-warp consumer layouts)."""
+    o_layout = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                         instr_shape=[16, head_d, 16])
+    return dict(
+        ROWS=WS_ROWS, HEAD_D=head_d, BLOCK_N=block_n, NUM_BUF=WS_NUM_BUF, CAUSAL=causal,
+        SMEM=gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2),
+        S_LAYOUT=gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                           instr_shape=[16, block_n, 16]),
+        O_LAYOUT=o_layout,
+        P_LAYOUT=gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2),
+    )
+
+
+def _ws_block_n(head_d: int) -> int:
+    """Key tile of the warp-specialized kernel: 128 (64 query rows per warpgroup leave the
+    registers for it)."""
+    return 128
+
+
+
+
+def fits(q: Any, k: Any, v: Any, *, mask: Any = None, return_lse: bool = False) -> str | None:
+    """None when this kernel covers the call, else what rules it out (one line).
+
+    >>> fits(q, k, v, mask=m)  # doctest: +SKIP
+    'no mask (got one)'
+    """
+    import torch
+
+    if mask is not None:
+        return "no mask (got one)"
+    if return_lse:
+        return "no logsumexp output (return_lse=True)"
+    if q.dtype not in (torch.bfloat16, torch.float16) or not (q.dtype == k.dtype == v.dtype):
+        return f"bf16 or fp16 q, k, v of one dtype (got {q.dtype}, {k.dtype}, {v.dtype})"
+    if q.dim() != 4 or q.shape != k.shape or q.shape != v.shape:
+        return f"q, k, v of one shape [B, H, S, D] (got {tuple(q.shape)}, {tuple(k.shape)})"
+    s, d = q.shape[2], q.shape[3]
+    if s % WS_BLOCK_M or d not in (64, 128):
+        return f"S a multiple of {WS_BLOCK_M} and D of 64 or 128 (got S = {s}, D = {d})"
+    if not q.is_cuda:
+        return f"a CUDA device (got {q.device})"
+    if torch.cuda.get_device_capability(q.device) != (9, 0):
+        return f"an sm_90 GPU (Hopper; got sm_{''.join(map(str, torch.cuda.get_device_capability(q.device)))})"
+    return None
+
+
+def pays(q: Any) -> bool:
+    """Whether the kernel beats the Triton one for q's shape: D = 128 and S >= 4096.
+    Measured on the H200 (medians of 3, bf16, of cuDNN): there 0.90-1.03 against 0.76-0.86;
+    at D = 64 0.85-0.97 against 0.90-0.95, at S = 1024 slower at both head sizes (fewer key
+    tiles per program to pay for the partitions' start and end)."""
+    return q.shape[-1] == 128 and q.shape[-2] >= 4096
+
+
+def forward(q: Any, k: Any, v: Any, *, causal: bool = False, scale: float | None = None) -> Any:
+    """softmax(q k^T * scale) v for inputs :func:`fits` accepts (it raises ValueError with the
+    reason otherwise); causal hides keys after the query (Sq == Sk: both alignments agree).
+
+    >>> o = forward(q, k, v, causal=True)  # doctest: +SKIP
+    """
+    import torch
+
+    why = fits(q, k, v)
+    if why is not None:
+        raise ValueError(f"the Gluon attention kernel needs {why}")
+    b, h, s, d = q.shape
+    q, k, v = (t.contiguous() for t in (q, k, v))
+    o = torch.empty_like(q)
+    scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
+    _use_torch_allocator()
+    with torch.cuda.device(q.device):
+        _attn_fwd_ws[(s // WS_BLOCK_M, b * h)](
+            q, k, v, o, s, scale * 1.4426950408889634,  # log2(e)
+            **_ws_constexprs(d, _ws_block_n(d), bool(causal)), num_warps=4,
+            maxnreg=WS_MAXNREG)
+    return o
+
+
+def _use_torch_allocator() -> None:
+    """TMA descriptors made on the device live in global scratch that Triton asks an
+    allocator for: torch's CUDA caching allocator. Set on every call: Triton keeps it in a
+    context variable, so one set in another thread (onlinesm check runs kernels in a worker
+    thread) is not seen here."""
+    import torch
+    import triton
+
+    triton.set_allocator(lambda size, alignment, stream: torch.empty(
+        size, dtype=torch.int8, device="cuda"))
