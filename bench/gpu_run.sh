@@ -108,7 +108,14 @@ for phase in "$@"; do
             --dtypes bfloat16,float16 --head-dims 64,128 --seq-multiple 128 --same-seq --no-mask \
             --max-seq-q 512 --max-seq-k 512 --unsupported "ValueError:gluon candidate" --seed 0 -q ) > "$OUT/gluon_check_$fn.txt" 2>&1
         echo "== onlinesm check of gluon $fn: rc=$? $((SECONDS - start)) s"; head -1 "$OUT/gluon_check_$fn.txt"; tail -2 "$OUT/gluon_check_$fn.txt"
-      done ;;
+      done
+      # The built-in attention with the Gluon kernel switched on, on the calls it takes
+      # (D = 128, S >= 4096, no mask, Sq == Sk): the property suite through attention().
+      start=$SECONDS
+      ( cd /tmp && ONLINESM_ATTENTION_GLUON=1 timeout 150 python3 -m onlinesm check onlinesm.kernels:attention --op attention \
+          --dtypes bfloat16,float16 --head-dims 128 --seq-multiple 128 --same-seq --no-mask \
+          --min-seq-q 4096 --max-seq-q 4096 --min-seq-k 4096 --max-seq-k 4096 --max-examples 3 --seed 0 -q ) > "$OUT/gluon_check_builtin.txt" 2>&1
+      echo "== onlinesm check of onlinesm.kernels:attention with ONLINESM_ATTENTION_GLUON=1: rc=$? $((SECONDS - start)) s"; head -1 "$OUT/gluon_check_builtin.txt"; tail -2 "$OUT/gluon_check_builtin.txt" ;;
     attention)
       timeout 560 python3 bench/attention.py ${ATTN_ARGS:-} > "$OUT/attention.log" 2>&1
       echo "== attention: rc=$? $((SECONDS - start)) s"; grep -a "^| [bf]\|^check\|tiles .*Error" "$OUT/attention.log" | head -60 ;;
