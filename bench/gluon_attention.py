@@ -14,6 +14,7 @@ the H200 (reports/h200/bench_attention.md):
 
     python bench/gluon_attention.py --bench              # vs SDPA cuDNN / flash and onlinesm
     python bench/gluon_attention.py --offline [--ws]     # sm_90a compile: registers, spills
+    python bench/gluon_attention.py --bench-ws           # the ws kernel's launch candidates
     onlinesm check bench/gluon_attention.py:attention_ws --op attention --dtypes \
         bfloat16,float16 --head-dims 64,128 --seq-multiple 128 --same-seq --no-mask \
         --max-seq-q 512 --max-seq-k 512 --unsupported "ValueError:gluon candidate"
@@ -217,11 +218,22 @@ def attention_ws(q: Any, k: Any, v: Any, *, mask: Any = None, causal: bool = Fal
     return attention(q, k, v, mask=mask, causal=causal, scale=scale, ws=True)
 
 
+#: Launches of the warp-specialized kernel to time beside the shipped one (--bench-ws), as
+#: (D, key tile, K/V buffers, registers per thread), all spill-free under triton 3.6 and 3.9
+#: (--offline --ws-candidates). Two programs per SM do not fit: at 80 registers D = 64 spills
+#: 2.9-3.5 KB with key tiles of 64, and ptxas refuses tiles of 128 (C7602, needs 90).
+WS_CANDIDATES = (
+    (128, 64, 3, 168), (128, 64, 4, 168), (128, 128, 2, 168),
+    (64, 128, 4, 168), (64, 64, 4, 168),
+)
+
+
 def compile_offline(head_d: int, causal: bool, block_n: int | None = None,
-                    overlap_pv: bool = False, ws: bool = False) -> dict[str, Any]:
+                    overlap_pv: bool = False, ws: bool = False, num_buf: int | None = None,
+                    maxnreg: int | None = None) -> dict[str, Any]:
     """Compile for sm_90a without a GPU; ``{"registers", "spill_bytes", "shared",
     "serialized"}`` from ``ptxas -v`` (serialized: ptxas's C7514, wgmma run one by one).
-    ``ws``: the warp-specialized kernel."""
+    ``ws``: the warp-specialized kernel (``num_buf``, ``maxnreg``: as its ``forward``)."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
@@ -229,8 +241,9 @@ def compile_offline(head_d: int, causal: bool, block_n: int | None = None,
     ag = attention_gluon
     fn = ag._attn_fwd_ws if ws else _attn_fwd_gluon
     if ws:
-        const = ag._ws_constexprs(head_d, block_n or ag._ws_block_n(head_d), causal)
-        options = dict(num_warps=4, maxnreg=ag.WS_MAXNREG)
+        const = ag._ws_constexprs(head_d, block_n or ag._ws_block_n(head_d), causal,
+                                  num_buf or ag.WS_NUM_BUF)
+        options = dict(num_warps=4, maxnreg=maxnreg or ag.WS_MAXNREG)
     else:
         const = _constexprs(head_d, block_n or _block_n(head_d), causal, overlap_pv)
         options = dict(num_warps=NUM_WARPS)
@@ -243,6 +256,7 @@ def compile_offline(head_d: int, causal: bool, block_n: int | None = None,
                               target=GPUTarget("cuda", 90, 128), options=options)
     r = ptxas_sm90(compiled)
     return dict(head_d=head_d, causal=causal, block_n=const["BLOCK_N"],
+                num_buf=const["NUM_BUF"], maxnreg=options.get("maxnreg"),
                 registers=r["registers"], spill_bytes=r["spill_bytes"], shared=r["shared"],
                 serialized="C7514" in r["report"])
 
@@ -294,6 +308,37 @@ def _bench(seqs: list[int], dims: list[int]) -> None:
                       f"{err_ws:.3g} | {err_flash:.3g} |", flush=True)
 
 
+def _bench_ws(seqs: list[int], dims: list[int]) -> None:
+    """Time the warp-specialized kernel's launch candidates (WS_CANDIDATES) beside its
+    shipped launch and cuDNN, bf16, B*S = 16k, H*D = 2048; each checked against SDPA math in
+    float32 (max |error|) first."""
+    import torch
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    print("| D | S | causal | launch (key tile, buffers, registers) | TFLOP/s | of cuDNN "
+          "| max err |\n|---|---|---|---|---|---|---|")
+    for d in dims:
+        launches = [(None, None, None)] + [c[1:] for c in WS_CANDIDATES if c[0] == d]
+        for causal in (False, True):
+            for s in seqs:
+                b, h = 16384 // s, 2048 // d
+                q, k, v = (torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16)
+                           for _ in range(3))
+                flops = 4 * b * h * s * s * d / (2 if causal else 1)
+                ref = sdpa(q[:1].float(), k[:1].float(), v[:1].float(), is_causal=causal)
+                with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+                    cudnn = flops / time_ms(lambda: sdpa(q, k, v, is_causal=causal)) * 1e-9
+                for bn, nb, reg in launches:
+                    kw = dict(causal=causal, block_n=bn, num_buf=nb, maxnreg=reg)
+                    err = float((attention_gluon.forward(q[:1], k[:1], v[:1], **kw).float()
+                                 - ref).abs().max())
+                    tf = flops / time_ms(lambda: attention_gluon.forward(q, k, v, **kw)) * 1e-9
+                    name = "shipped" if bn is None else f"{bn}, {nb}, {reg}"
+                    print(f"| {d} | {s} | {'yes' if causal else 'no'} | {name} | {tf:.0f} | "
+                          f"{tf / cudnn:.2f} | {err:.3g} |", flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--offline", action="store_true",
@@ -303,12 +348,23 @@ def main(argv: list[str] | None = None) -> int:
                     help="with --offline: P V left in flight across iterations (FA3's order)")
     ap.add_argument("--ws", action="store_true",
                     help="with --offline: the warp-specialized kernel")
+    ap.add_argument("--ws-candidates", action="store_true",
+                    help="with --offline: the warp-specialized kernel's WS_CANDIDATES")
     ap.add_argument("--bench", action="store_true", help="time it on the GPU (needs CUDA)")
+    ap.add_argument("--bench-ws", action="store_true",
+                    help="time the warp-specialized kernel's WS_CANDIDATES (needs CUDA)")
     ap.add_argument("--seqs", default="1024,4096,16384")
     ap.add_argument("--dims", default="64,128")
     args = ap.parse_args(argv)
     dims = [int(d) for d in args.dims.split(",")]
-    if args.offline:
+    if args.offline and args.ws_candidates:
+        for d, bn, nb, reg in (c for c in WS_CANDIDATES if c[0] in dims):
+            r = compile_offline(d, False, bn, ws=True, num_buf=nb, maxnreg=reg)
+            print(json.dumps(r) if args.json else
+                  f"ws D={d} BLOCK_N={bn} buffers={nb} maxnreg={reg}: {r['registers']} "
+                  f"registers, {r['spill_bytes']} bytes spilled, {r['shared']:,} B shared",
+                  flush=True)
+    elif args.offline:
         for d in dims:
             for causal in (False, True):
                 r = compile_offline(d, causal, overlap_pv=args.overlap_pv, ws=args.ws)
@@ -319,7 +375,9 @@ def main(argv: list[str] | None = None) -> int:
                       f"wgmma serialised: {r['serialized']}", flush=True)
     if args.bench:
         _bench([int(s) for s in args.seqs.split(",")], dims)
-    if not (args.offline or args.bench):
+    if args.bench_ws:
+        _bench_ws([int(s) for s in args.seqs.split(",")], dims)
+    if not (args.offline or args.bench or args.bench_ws):
         ap.print_help()
     return 0
 

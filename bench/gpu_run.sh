@@ -17,7 +17,8 @@
 #         attention: bench/attention.py with ATTN_ARGS (e.g. --tiles to time pinned configs);
 #         gluon: the Gluon attention candidates (bench/gluon_attention.py): their GPU tests
 #         (GLUON_TEST_S the limit), their bench against SDPA and onlinesm, and `onlinesm
-#         check` on each;
+#         check` on each; gluon_tune: the warp-specialized kernel's launch candidates
+#         (bench/gluon_attention.py --bench-ws; GLUON_TUNE_ARGS e.g. "--seqs 4096 --dims 64");
 #         ncu: Nsight Compute on the launches that miss their speed targets (bench/ncu_targets.py;
 #         NCU_CASES: an extended regex of the cases to run, all by default).
 # A run longer than one call's limit goes through bench/gpu_background.sh.
@@ -116,6 +117,9 @@ for phase in "$@"; do
           --dtypes bfloat16,float16 --head-dims 128 --seq-multiple 128 --same-seq --no-mask \
           --min-seq-q 4096 --max-seq-q 4096 --min-seq-k 4096 --max-seq-k 4096 --max-examples 3 --seed 0 -q ) > "$OUT/gluon_check_builtin.txt" 2>&1
       echo "== onlinesm check of onlinesm.kernels:attention with ONLINESM_ATTENTION_GLUON=1: rc=$? $((SECONDS - start)) s"; head -1 "$OUT/gluon_check_builtin.txt"; tail -2 "$OUT/gluon_check_builtin.txt" ;;
+    gluon_tune)
+      timeout 300 python3 bench/gluon_attention.py --bench-ws ${GLUON_TUNE_ARGS:-} > "$OUT/gluon_tune.log" 2>&1
+      echo "== gluon ws launch candidates: rc=$? $((SECONDS - start)) s"; grep -a "^|" "$OUT/gluon_tune.log" ;;
     attention)
       timeout 560 python3 bench/attention.py ${ATTN_ARGS:-} > "$OUT/attention.log" 2>&1
       echo "== attention: rc=$? $((SECONDS - start)) s"; grep -a "^| [bf]\|^check\|tiles .*Error" "$OUT/attention.log" | head -60 ;;

@@ -230,12 +230,13 @@ def _attn_fwd_ws(q_ptr, k_ptr, v_ptr, o_ptr, seq, qk_scale_log2,
     ], [4, 1], [240, 24])
 
 
-def _ws_constexprs(head_d: int, block_n: int, causal: bool) -> dict[str, Any]:
+def _ws_constexprs(head_d: int, block_n: int, causal: bool, num_buf: int = WS_NUM_BUF
+                   ) -> dict[str, Any]:
     """The warp-specialized kernel's compile-time arguments (4-warp consumer layouts)."""
     o_layout = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                          instr_shape=[16, head_d, 16])
     return dict(
-        ROWS=WS_ROWS, HEAD_D=head_d, BLOCK_N=block_n, NUM_BUF=WS_NUM_BUF, CAUSAL=causal,
+        ROWS=WS_ROWS, HEAD_D=head_d, BLOCK_N=block_n, NUM_BUF=num_buf, CAUSAL=causal,
         SMEM=gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2),
         S_LAYOUT=gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                            instr_shape=[16, block_n, 16]),
@@ -248,8 +249,6 @@ def _ws_block_n(head_d: int) -> int:
     """Key tile of the warp-specialized kernel: 128 (64 query rows per warpgroup leave the
     registers for it)."""
     return 128
-
-
 
 
 def fits(q: Any, k: Any, v: Any, *, mask: Any = None, return_lse: bool = False) -> str | None:
@@ -286,9 +285,14 @@ def pays(q: Any) -> bool:
     return q.shape[-1] == 128 and q.shape[-2] >= 4096
 
 
-def forward(q: Any, k: Any, v: Any, *, causal: bool = False, scale: float | None = None) -> Any:
+def forward(q: Any, k: Any, v: Any, *, causal: bool = False, scale: float | None = None,
+            block_n: int | None = None, num_buf: int | None = None,
+            maxnreg: int | None = None) -> Any:
     """softmax(q k^T * scale) v for inputs :func:`fits` accepts (it raises ValueError with the
     reason otherwise); causal hides keys after the query (Sq == Sk: both alignments agree).
+    ``block_n`` (key tile), ``num_buf`` (K/V buffers) and ``maxnreg`` (registers per thread;
+    the SM's 64k over 12 warps, 168, runs one program per SM) override the measured launch
+    (for the bench's candidates: ``bench/gluon_attention.py --bench-ws``).
 
     >>> o = forward(q, k, v, causal=True)  # doctest: +SKIP
     """
@@ -305,8 +309,8 @@ def forward(q: Any, k: Any, v: Any, *, causal: bool = False, scale: float | None
     with torch.cuda.device(q.device):
         _attn_fwd_ws[(s // WS_BLOCK_M, b * h)](
             q, k, v, o, s, scale * 1.4426950408889634,  # log2(e)
-            **_ws_constexprs(d, _ws_block_n(d), bool(causal)), num_warps=4,
-            maxnreg=WS_MAXNREG)
+            **_ws_constexprs(d, block_n or _ws_block_n(d), bool(causal), num_buf or WS_NUM_BUF),
+            num_warps=4, maxnreg=maxnreg or WS_MAXNREG)
     return o
 
 
