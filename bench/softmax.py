@@ -154,7 +154,8 @@ def variants(n: int, itemsize: int) -> list[tuple[str, dict[str, Any]]]:
         out.append(("split poll l32", dict(path="auto", tuning=dict(
             split_stages=1, split_poll_asm=False, split_min_lanes=32))))
         # with the PTX poll of loads, in 1-3 stages; the ones past (8192, 4, *) were screened
-        # for spills offline (bench/split_ptxas.py: none under triton 3.9) but not yet timed
+        # for spills offline (bench/split_ptxas.py) and timed in the seventh and eighth rounds
+        # (reports/h200/bench_softmax.md: c4096 w4 x8 st3 now runs 16-bit windows)
         shapes = ((8192, 4, 5), (8192, 4, 4)) + (
             ((4096, 2, 10), (4096, 4, 8), (16384, 4, 3)) if itemsize == 2
             else ((4096, 2, 8), (4096, 4, 6)))

@@ -436,6 +436,7 @@ def test_the_gluon_kernel_says_why_a_call_is_not_its_own():
     assert "multiple of 128" in ag.fits(*(q[:, :, :100],) * 3)
     assert "D of 64 or 128" in ag.fits(*(torch.zeros(1, 2, 128, 96, dtype=torch.bfloat16),) * 3)
     assert "CUDA" in ag.fits(q, q, q)
+    assert "non-empty" in ag.fits(*(q[:0],) * 3)
     # where it pays: D = 128 and S >= 4096 (measured on the H200)
     assert ag.pays(torch.zeros(1, 1, 4096, 128)) and not ag.pays(torch.zeros(1, 1, 4096, 64))
     assert not ag.pays(torch.zeros(1, 1, 2048, 128))

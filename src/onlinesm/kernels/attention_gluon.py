@@ -42,6 +42,7 @@ __all__ = ["fits", "pays", "forward", "WS_BLOCK_M"]
 #: TMA from global to shared memory (renamed async_load after triton 3.6)
 _tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
 
+
 @gluon.jit
 def _softmax_tile(s, m_i, l_i, j, offs_m, qk_scale_log2,
                   BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr, S_LAYOUT: gl.constexpr):
@@ -70,7 +71,8 @@ WS_ROWS = 64  # query rows per consumer warpgroup
 WS_BLOCK_M = 2 * WS_ROWS  # query rows per program
 WS_NUM_BUF = 3  # K/V buffers in the ring (D = 128: 3 x 64 KB + Q's 32 KB of the 227 KB)
 WS_MAXNREG = 168  # 12 warps (3 warpgroups) x 168 = the SM's 64k registers for one program
-# (per thread: 240 for each consumer warpgroup, 24 for the producer's, set in _attn_fwd_ws)
+# _attn_fwd_ws asks for 240 per thread for the second consumer warpgroup and 24 for the
+# producer's (setmaxnreg); triton 3.6 emits no setmaxnreg, so there every warp runs at 168.
 
 
 @gluon.jit
@@ -270,10 +272,13 @@ def fits(q: Any, k: Any, v: Any, *, mask: Any = None, return_lse: bool = False) 
     s, d = q.shape[2], q.shape[3]
     if s % WS_BLOCK_M or d not in (64, 128):
         return f"S a multiple of {WS_BLOCK_M} and D of 64 or 128 (got S = {s}, D = {d})"
+    if q.numel() == 0:
+        return f"a non-empty q (got shape {tuple(q.shape)})"
     if not q.is_cuda:
         return f"a CUDA device (got {q.device})"
-    if torch.cuda.get_device_capability(q.device) != (9, 0):
-        return f"an sm_90 GPU (Hopper; got sm_{''.join(map(str, torch.cuda.get_device_capability(q.device)))})"
+    major, minor = torch.cuda.get_device_capability(q.device)
+    if (major, minor) != (9, 0):
+        return f"an sm_90 GPU (Hopper; got sm_{major}{minor})"
     return None
 
 
