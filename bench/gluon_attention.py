@@ -219,12 +219,14 @@ def attention_ws(q: Any, k: Any, v: Any, *, mask: Any = None, causal: bool = Fal
 
 
 #: Launches of the warp-specialized kernel to time beside the shipped one (--bench-ws), as
-#: (D, key tile, K/V buffers, registers per thread), all spill-free under triton 3.6 and 3.9
-#: (--offline --ws-candidates). Two programs per SM do not fit: at 80 registers D = 64 spills
-#: 2.9-3.5 KB with key tiles of 64, and ptxas refuses tiles of 128 (C7602, needs 90).
+#: (D, key tile, K/V buffers, registers per thread, P V overlapping the warpgroup's own
+#: softmax), all spill-free under triton 3.6 and 3.9 (--offline --ws-candidates). Two
+#: programs per SM do not fit: at 80 registers D = 64 spills 2.9-3.5 KB with key tiles of 64,
+#: and ptxas refuses tiles of 128 (C7602, needs 90).
 WS_CANDIDATES = (
-    (128, 64, 3, 168), (128, 64, 4, 168), (128, 128, 2, 168),
-    (64, 128, 4, 168), (64, 64, 4, 168),
+    (128, 128, 3, 168, True), (128, 64, 3, 168, False), (128, 64, 4, 168, False),
+    (128, 128, 2, 168, False), (64, 128, 3, 168, True), (64, 128, 4, 168, False),
+    (64, 64, 4, 168, False),
 )
 
 
@@ -233,7 +235,8 @@ def compile_offline(head_d: int, causal: bool, block_n: int | None = None,
                     maxnreg: int | None = None) -> dict[str, Any]:
     """Compile for sm_90a without a GPU; ``{"registers", "spill_bytes", "shared",
     "serialized"}`` from ``ptxas -v`` (serialized: ptxas's C7514, wgmma run one by one).
-    ``ws``: the warp-specialized kernel (``num_buf``, ``maxnreg``: as its ``forward``)."""
+    ``ws``: the warp-specialized kernel (``num_buf``, ``maxnreg`` and ``overlap_pv``, its
+    ``pv_overlap``: as its ``forward``)."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
@@ -242,7 +245,7 @@ def compile_offline(head_d: int, causal: bool, block_n: int | None = None,
     fn = ag._attn_fwd_ws if ws else _attn_fwd_gluon
     if ws:
         const = ag._ws_constexprs(head_d, block_n or ag._ws_block_n(head_d), causal,
-                                  num_buf or ag.WS_NUM_BUF)
+                                  num_buf or ag.WS_NUM_BUF, overlap_pv)
         options = dict(num_warps=4, maxnreg=maxnreg or ag.WS_MAXNREG)
     else:
         const = _constexprs(head_d, block_n or _block_n(head_d), causal, overlap_pv)
@@ -257,6 +260,7 @@ def compile_offline(head_d: int, causal: bool, block_n: int | None = None,
     r = ptxas_sm90(compiled)
     return dict(head_d=head_d, causal=causal, block_n=const["BLOCK_N"],
                 num_buf=const["NUM_BUF"], maxnreg=options.get("maxnreg"),
+                pv_overlap=bool(const.get("PV_OVERLAP", const.get("OVERLAP_PV"))),
                 registers=r["registers"], spill_bytes=r["spill_bytes"], shared=r["shared"],
                 serialized="C7514" in r["report"])
 
@@ -316,10 +320,11 @@ def _bench_ws(seqs: list[int], dims: list[int]) -> None:
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     sdpa = torch.nn.functional.scaled_dot_product_attention
-    print("| D | S | causal | launch (key tile, buffers, registers) | TFLOP/s | of cuDNN "
+    print("| D | S | causal | launch (key tile, buffers, registers[, P V overlap]) | TFLOP/s "
+          "| of cuDNN "
           "| max err |\n|---|---|---|---|---|---|---|")
     for d in dims:
-        launches = [(None, None, None)] + [c[1:] for c in WS_CANDIDATES if c[0] == d]
+        launches = [(None, None, None, False)] + [c[1:] for c in WS_CANDIDATES if c[0] == d]
         for causal in (False, True):
             for s in seqs:
                 b, h = 16384 // s, 2048 // d
@@ -329,12 +334,14 @@ def _bench_ws(seqs: list[int], dims: list[int]) -> None:
                 ref = sdpa(q[:1].float(), k[:1].float(), v[:1].float(), is_causal=causal)
                 with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
                     cudnn = flops / time_ms(lambda: sdpa(q, k, v, is_causal=causal)) * 1e-9
-                for bn, nb, reg in launches:
-                    kw = dict(causal=causal, block_n=bn, num_buf=nb, maxnreg=reg)
+                for bn, nb, reg, overlap in launches:
+                    kw = dict(causal=causal, block_n=bn, num_buf=nb, maxnreg=reg,
+                              pv_overlap=overlap)
                     err = float((attention_gluon.forward(q[:1], k[:1], v[:1], **kw).float()
                                  - ref).abs().max())
                     tf = flops / time_ms(lambda: attention_gluon.forward(q, k, v, **kw)) * 1e-9
-                    name = "shipped" if bn is None else f"{bn}, {nb}, {reg}"
+                    name = "shipped" if bn is None else (
+                        f"{bn}, {nb}, {reg}" + (", P V overlap" if overlap else ""))
                     print(f"| {d} | {s} | {'yes' if causal else 'no'} | {name} | {tf:.0f} | "
                           f"{tf / cudnn:.2f} | {err:.3g} |", flush=True)
 
@@ -358,12 +365,13 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     dims = [int(d) for d in args.dims.split(",")]
     if args.offline and args.ws_candidates:
-        for d, bn, nb, reg in (c for c in WS_CANDIDATES if c[0] in dims):
-            r = compile_offline(d, False, bn, ws=True, num_buf=nb, maxnreg=reg)
+        for d, bn, nb, reg, overlap in (c for c in WS_CANDIDATES if c[0] in dims):
+            r = compile_offline(d, False, bn, overlap_pv=overlap, ws=True, num_buf=nb,
+                                maxnreg=reg)
             print(json.dumps(r) if args.json else
-                  f"ws D={d} BLOCK_N={bn} buffers={nb} maxnreg={reg}: {r['registers']} "
-                  f"registers, {r['spill_bytes']} bytes spilled, {r['shared']:,} B shared",
-                  flush=True)
+                  f"ws D={d} BLOCK_N={bn} buffers={nb} maxnreg={reg} P V overlap={overlap}: "
+                  f"{r['registers']} registers, {r['spill_bytes']} bytes spilled, "
+                  f"{r['shared']:,} B shared, wgmma serialised: {r['serialized']}", flush=True)
     elif args.offline:
         for d in dims:
             for causal in (False, True):

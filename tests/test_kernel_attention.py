@@ -346,10 +346,11 @@ def test_the_gluon_ws_launch_candidates_compile_without_spills():
     # What --bench-ws times on a GPU: other key tiles and buffer counts, at 168 registers.
     g = _gluon_module()
     rows = _gluon_offline("--ws-candidates")
-    assert [(r["head_d"], r["block_n"], r["num_buf"], r["maxnreg"]) for r in rows] == [
-        tuple(c) for c in g.WS_CANDIDATES]
-    for r in rows:
-        assert r["spill_bytes"] == 0 and r["shared"] <= 227 * 1024, r
+    assert [(r["head_d"], r["block_n"], r["num_buf"], r["maxnreg"], r["pv_overlap"])
+            for r in rows] == [tuple(c) for c in g.WS_CANDIDATES]
+    for r in rows:  # P V left running through the softmax must not serialise the wgmma
+        assert r["spill_bytes"] == 0 and not r["serialized"], r
+        assert r["shared"] <= 227 * 1024, r
 
 
 def test_the_gluon_audit_sees_serialised_wgmma():
@@ -411,13 +412,13 @@ def test_gpu_gluon_ws_candidate_matches_oracle(dtype: Any, d: int, causal: bool,
 def test_gpu_gluon_ws_launch_candidates_match_oracle(causal: bool):
     # Before --bench-ws's numbers are believed: each candidate launch is correct.
     g = _gluon_module()
-    for d, block_n, num_buf, maxnreg in g.WS_CANDIDATES:
+    for d, block_n, num_buf, maxnreg, overlap in g.WS_CANDIDATES:
         q, k, v = _inputs((1, 2, 1024, d), (1, 2, 1024, d), torch.bfloat16, seed=d + block_n)
         o = g.attention_gluon.forward(q * 8, k, v, causal=causal, block_n=block_n,
-                                      num_buf=num_buf, maxnreg=maxnreg)
+                                      num_buf=num_buf, maxnreg=maxnreg, pv_overlap=overlap)
         o_ref, _, o_tol, _ = _bounds(q * 8, k, v, torch.bfloat16, causal=causal)
         err = np.abs(to_numpy(o).astype(np.float64) - o_ref)
-        assert np.all(err <= o_tol), (d, block_n, num_buf, maxnreg, float(err.max()))
+        assert np.all(err <= o_tol), (d, block_n, num_buf, maxnreg, overlap, float(err.max()))
 
 
 # ---- the opt-in Gluon kernel (kernels/attention_gluon.py) behind attention() ----

@@ -79,7 +79,8 @@ WS_MAXNREG = 168  # 12 warps (3 warpgroups) x 168 = the SM's 64k registers for o
 def _ws_producer(smem, bars, ptrs, seq, start_m, n_tiles, WG: gl.constexpr,
                  ROWS: gl.constexpr, HEAD_D: gl.constexpr, BLOCK_N: gl.constexpr,
                  NUM_BUF: gl.constexpr, SMEM: gl.constexpr, S_LAYOUT: gl.constexpr,
-                 O_LAYOUT: gl.constexpr, P_LAYOUT: gl.constexpr, CAUSAL: gl.constexpr):
+                 O_LAYOUT: gl.constexpr, P_LAYOUT: gl.constexpr, CAUSAL: gl.constexpr,
+                 PV_OVERLAP: gl.constexpr):
     """The load warp: Q of both warpgroups, then K and V of every key tile, by TMA."""
     q_smem, k_smem, v_smem = smem
     q_bar, ready, empty, turn = bars
@@ -109,9 +110,10 @@ def _ws_producer(smem, bars, ptrs, seq, start_m, n_tiles, WG: gl.constexpr,
 def _ws_step(j, q, k_smem, v_smem, ready, empty, turn, p_op, acc, m_i, l_i, zeros_s, offs_m,
              qk_scale_log2, WG: gl.constexpr, BLOCK_N: gl.constexpr, NUM_BUF: gl.constexpr,
              MASK: gl.constexpr, S_LAYOUT: gl.constexpr, O_LAYOUT: gl.constexpr,
-             P_LAYOUT: gl.constexpr):
+             P_LAYOUT: gl.constexpr, PV_OVERLAP: gl.constexpr):
     """Turn j of a consumer warpgroup: tile j's scores and tile j - 1's P V on the tensor
-    cores, then tile j's softmax while the other warpgroup's matmuls run."""
+    cores, then tile j's softmax while the other warpgroup's matmuls run (``PV_OVERLAP``:
+    and while this warpgroup's own P V still runs)."""
     b = j % NUM_BUF
     b_prev = (j - 1) % NUM_BUF
     mbarrier.wait(ready.index(b), (j // NUM_BUF) & 1)  # K and V of tile j landed
@@ -120,11 +122,20 @@ def _ws_step(j, q, k_smem, v_smem, ready, empty, turn, p_op, acc, m_i, l_i, zero
                       is_async=True)
     acc = warpgroup_mma(p_op, v_smem.index(b_prev), acc, is_async=True)
     mbarrier.arrive(turn.index(1 - WG), count=1)  # the other warpgroup's turn
-    s, acc = warpgroup_mma_wait(0, deps=[s, acc])
-    mbarrier.arrive(empty.index(b_prev), count=1)  # tile j - 1's buffers are free
-    # This tile's softmax, and the rescale of o under the new max before the next P V.
-    p, alpha, m_i, l_i = _softmax_tile(s, m_i, l_i, j, offs_m, qk_scale_log2, BLOCK_N, MASK,
-                                       S_LAYOUT)
+    if PV_OVERLAP:
+        # wgmma groups complete in order: one left outstanding is P V, the scores are done.
+        s = warpgroup_mma_wait(1, deps=[s])
+        p, alpha, m_i, l_i = _softmax_tile(s, m_i, l_i, j, offs_m, qk_scale_log2, BLOCK_N,
+                                           MASK, S_LAYOUT)
+        acc = warpgroup_mma_wait(0, deps=[acc])
+        mbarrier.arrive(empty.index(b_prev), count=1)  # tile j - 1's buffers are free
+    else:
+        s, acc = warpgroup_mma_wait(0, deps=[s, acc])
+        mbarrier.arrive(empty.index(b_prev), count=1)  # tile j - 1's buffers are free
+        # This tile's softmax.
+        p, alpha, m_i, l_i = _softmax_tile(s, m_i, l_i, j, offs_m, qk_scale_log2, BLOCK_N,
+                                           MASK, S_LAYOUT)
+    # The rescale of o under the new max, before the next P V adds to it.
     acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, O_LAYOUT))[:, None]
     p_op = gl.convert_layout(p.to(p_op.dtype), P_LAYOUT)
     return p_op, acc, m_i, l_i
@@ -134,7 +145,8 @@ def _ws_step(j, q, k_smem, v_smem, ready, empty, turn, p_op, acc, m_i, l_i, zero
 def _ws_consumer(smem, bars, ptrs, seq, start_m, n_tiles, WG: gl.constexpr,
                  ROWS: gl.constexpr, HEAD_D: gl.constexpr, BLOCK_N: gl.constexpr,
                  NUM_BUF: gl.constexpr, SMEM: gl.constexpr, S_LAYOUT: gl.constexpr,
-                 O_LAYOUT: gl.constexpr, P_LAYOUT: gl.constexpr, CAUSAL: gl.constexpr):
+                 O_LAYOUT: gl.constexpr, P_LAYOUT: gl.constexpr, CAUSAL: gl.constexpr,
+                 PV_OVERLAP: gl.constexpr):
     """One warpgroup's ROWS query rows (WG 0 or 1): the online softmax over every key tile,
     its matmuls issued in turn with the other warpgroup's. Each warpgroup takes n_tiles + 1
     turns: tile 0's scores; tile j's scores with tile j - 1's P V; the last P V."""
@@ -167,11 +179,13 @@ def _ws_consumer(smem, bars, ptrs, seq, start_m, n_tiles, WG: gl.constexpr,
     for j in range(1, n_tiles - 1):
         p_op, acc, m_i, l_i = _ws_step(j, q, k_smem, v_smem, ready, empty, turn, p_op, acc, m_i,
                                        l_i, zeros_s, offs_m, qk_scale_log2, WG, BLOCK_N,
-                                       NUM_BUF, False, S_LAYOUT, O_LAYOUT, P_LAYOUT)
+                                       NUM_BUF, False, S_LAYOUT, O_LAYOUT, P_LAYOUT,
+                                       PV_OVERLAP)
     if n_tiles > 1:
         p_op, acc, m_i, l_i = _ws_step(n_tiles - 1, q, k_smem, v_smem, ready, empty, turn, p_op,
                                        acc, m_i, l_i, zeros_s, offs_m, qk_scale_log2, WG,
-                                       BLOCK_N, NUM_BUF, CAUSAL, S_LAYOUT, O_LAYOUT, P_LAYOUT)
+                                       BLOCK_N, NUM_BUF, CAUSAL, S_LAYOUT, O_LAYOUT, P_LAYOUT,
+                                       PV_OVERLAP)
 
     # Turn n_tiles: the last tile's P V.
     b_last = (n_tiles - 1) % NUM_BUF
@@ -190,7 +204,8 @@ def _ws_consumer(smem, bars, ptrs, seq, start_m, n_tiles, WG: gl.constexpr,
 def _attn_fwd_ws(q_ptr, k_ptr, v_ptr, o_ptr, seq, qk_scale_log2,
                  ROWS: gl.constexpr, HEAD_D: gl.constexpr, BLOCK_N: gl.constexpr,
                  NUM_BUF: gl.constexpr, SMEM: gl.constexpr, S_LAYOUT: gl.constexpr,
-                 O_LAYOUT: gl.constexpr, P_LAYOUT: gl.constexpr, CAUSAL: gl.constexpr):
+                 O_LAYOUT: gl.constexpr, P_LAYOUT: gl.constexpr, CAUSAL: gl.constexpr,
+                 PV_OVERLAP: gl.constexpr):
     dtype: gl.constexpr = q_ptr.dtype.element_ty
     block = gl.program_id(0)
     if CAUSAL:  # the blocks with the most key tiles (the last queries) start first
@@ -224,21 +239,22 @@ def _attn_fwd_ws(q_ptr, k_ptr, v_ptr, o_ptr, seq, qk_scale_log2,
     # warpgroup, constants); the default partition is consumer 0.
     gl.warp_specialize([
         (_ws_consumer, (smem, bars, ptrs, seq, start_m, n_tiles, 0, ROWS, HEAD_D, BLOCK_N,
-                        NUM_BUF, SMEM, S_LAYOUT, O_LAYOUT, P_LAYOUT, CAUSAL)),
+                        NUM_BUF, SMEM, S_LAYOUT, O_LAYOUT, P_LAYOUT, CAUSAL, PV_OVERLAP)),
         (_ws_consumer, (smem, bars, ptrs, seq, start_m, n_tiles, 1, ROWS, HEAD_D, BLOCK_N,
-                        NUM_BUF, SMEM, S_LAYOUT, O_LAYOUT, P_LAYOUT, CAUSAL)),
+                        NUM_BUF, SMEM, S_LAYOUT, O_LAYOUT, P_LAYOUT, CAUSAL, PV_OVERLAP)),
         (_ws_producer, (smem, bars, ptrs, seq, start_m, n_tiles, 0, ROWS, HEAD_D, BLOCK_N,
-                        NUM_BUF, SMEM, S_LAYOUT, O_LAYOUT, P_LAYOUT, CAUSAL)),
+                        NUM_BUF, SMEM, S_LAYOUT, O_LAYOUT, P_LAYOUT, CAUSAL, PV_OVERLAP)),
     ], [4, 1], [240, 24])
 
 
-def _ws_constexprs(head_d: int, block_n: int, causal: bool, num_buf: int = WS_NUM_BUF
-                   ) -> dict[str, Any]:
+def _ws_constexprs(head_d: int, block_n: int, causal: bool, num_buf: int = WS_NUM_BUF,
+                   pv_overlap: bool = False) -> dict[str, Any]:
     """The warp-specialized kernel's compile-time arguments (4-warp consumer layouts)."""
     o_layout = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                          instr_shape=[16, head_d, 16])
     return dict(
         ROWS=WS_ROWS, HEAD_D=head_d, BLOCK_N=block_n, NUM_BUF=num_buf, CAUSAL=causal,
+        PV_OVERLAP=pv_overlap,
         SMEM=gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2),
         S_LAYOUT=gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                            instr_shape=[16, block_n, 16]),
@@ -292,12 +308,14 @@ def pays(q: Any) -> bool:
 
 def forward(q: Any, k: Any, v: Any, *, causal: bool = False, scale: float | None = None,
             block_n: int | None = None, num_buf: int | None = None,
-            maxnreg: int | None = None) -> Any:
+            maxnreg: int | None = None, pv_overlap: bool = False) -> Any:
     """softmax(q k^T * scale) v for inputs :func:`fits` accepts (it raises ValueError with the
     reason otherwise); causal hides keys after the query (Sq == Sk: both alignments agree).
-    ``block_n`` (key tile), ``num_buf`` (K/V buffers) and ``maxnreg`` (registers per thread;
-    the SM's 64k over 12 warps, 168, runs one program per SM) override the measured launch
-    (for the bench's candidates: ``bench/gluon_attention.py --bench-ws``).
+    ``block_n`` (key tile), ``num_buf`` (K/V buffers), ``maxnreg`` (registers per thread;
+    the SM's 64k over 12 warps, 168, runs one program per SM) and ``pv_overlap`` (a
+    warpgroup's P V left running through its own softmax: FlashAttention-3's intra-warpgroup
+    overlap, untimed) override the measured launch (for the bench's candidates:
+    ``bench/gluon_attention.py --bench-ws``).
 
     >>> o = forward(q, k, v, causal=True)  # doctest: +SKIP
     """
@@ -314,7 +332,8 @@ def forward(q: Any, k: Any, v: Any, *, causal: bool = False, scale: float | None
     with torch.cuda.device(q.device):
         _attn_fwd_ws[(s // WS_BLOCK_M, b * h)](
             q, k, v, o, s, scale * 1.4426950408889634,  # log2(e)
-            **_ws_constexprs(d, block_n or _ws_block_n(d), bool(causal), num_buf or WS_NUM_BUF),
+            **_ws_constexprs(d, block_n or _ws_block_n(d), bool(causal), num_buf or WS_NUM_BUF,
+                             bool(pv_overlap)),
             num_warps=4, maxnreg=maxnreg or WS_MAXNREG)
     return o
 
