@@ -268,8 +268,10 @@ def test_rows_of_4k_to_262k_split_where_on_chip_pads_or_windows_lose():
     (odd N, width n + 7) of 8k-32k, split in chunks of 4096 in 2 warps, ten per SM; windows
     of 32k-262k in chunks of 4096 in 4 warps, pipelined; fp32 windows of 4k-6k and 8k-32k in
     small chunks; the rest as before."""
-    def launch(n: int, windowed: bool = False) -> tuple:
-        p = sp.plan(n + 7 * windowed, itemsize=2, interpreted=False, windowed=windowed)
+    def launch(n: int, windowed: bool = False, itemsize: int = 2) -> tuple:
+        # a window's width: n plus the loose elements of one vector (7 in 16-bit, 3 in fp32)
+        width = n + (16 // itemsize - 1) * windowed
+        p = sp.plan(width, itemsize=itemsize, interpreted=False, windowed=windowed)
         return p.path, p.block, p.split, p.num_warps
 
     assert launch(16400) == ("split", 4096, 5, 2)
@@ -283,11 +285,10 @@ def test_rows_of_4k_to_262k_split_where_on_chip_pads_or_windows_lose():
     assert launch(40001)[0] == "on_chip"  # aligned rows of that length: on chip
     assert launch(100001, windowed=True) == ("split", 4096, 25, 4)
     assert launch(300001, windowed=True) == ("split", 8192, 37, 4)
-    # fp32 windows (width n + 3) where the on-chip block pads most: 4k-6k in chunks of 4096,
-    # 8k-32k in chunks of 2048, both in 2 warps; 7,001 and aligned rows stay on chip
+    # fp32 windows where the on-chip block pads most: 4k-6k in chunks of 4096, 8k-32k in
+    # chunks of 2048, both in 2 warps; 7,001 and aligned rows stay on chip
     def fp32(n: int, windowed: bool = True) -> tuple:
-        p = sp.plan(n + 3 * windowed, itemsize=4, interpreted=False, windowed=windowed)
-        return p.path, p.block, p.split, p.num_warps
+        return launch(n, windowed, itemsize=4)
 
     assert fp32(5001) == ("split", 4096, 2, 2)
     assert fp32(12289) == ("split", 2048, 7, 2)
