@@ -224,19 +224,19 @@ def attention_ws(q: Any, k: Any, v: Any, *, mask: Any = None, causal: bool = Fal
 #: programs per SM do not fit: at 80 registers D = 64 spills 2.9-3.5 KB with key tiles of 64,
 #: and ptxas refuses tiles of 128 (C7602, needs 90).
 WS_CANDIDATES = (
-    (128, 128, 3, 168, True), (128, 64, 3, 168, False), (128, 64, 4, 168, False),
+    (128, 128, 3, 168, False), (128, 64, 3, 168, False), (128, 64, 4, 168, False),
     (128, 128, 2, 168, False), (64, 128, 3, 168, True), (64, 128, 4, 168, False),
     (64, 64, 4, 168, False),
 )
 
 
 def compile_offline(head_d: int, causal: bool, block_n: int | None = None,
-                    overlap_pv: bool = False, ws: bool = False, num_buf: int | None = None,
+                    overlap_pv: bool | None = None, ws: bool = False, num_buf: int | None = None,
                     maxnreg: int | None = None) -> dict[str, Any]:
     """Compile for sm_90a without a GPU; ``{"registers", "spill_bytes", "shared",
     "serialized"}`` from ``ptxas -v`` (serialized: ptxas's C7514, wgmma run one by one).
     ``ws``: the warp-specialized kernel (``num_buf``, ``maxnreg`` and ``overlap_pv``, its
-    ``pv_overlap``: as its ``forward``)."""
+    ``pv_overlap``: as its ``forward``, None the shipped launch's)."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
@@ -245,10 +245,11 @@ def compile_offline(head_d: int, causal: bool, block_n: int | None = None,
     fn = ag._attn_fwd_ws if ws else _attn_fwd_gluon
     if ws:
         const = ag._ws_constexprs(head_d, block_n or ag._ws_block_n(head_d), causal,
-                                  num_buf or ag.WS_NUM_BUF, overlap_pv)
+                                  num_buf or ag.WS_NUM_BUF,
+                                  ag._ws_pv_overlap(head_d) if overlap_pv is None else overlap_pv)
         options = dict(num_warps=4, maxnreg=maxnreg or ag.WS_MAXNREG)
     else:
-        const = _constexprs(head_d, block_n or _block_n(head_d), causal, overlap_pv)
+        const = _constexprs(head_d, block_n or _block_n(head_d), causal, bool(overlap_pv))
         options = dict(num_warps=NUM_WARPS)
     names = list(fn.arg_names)
     signature = {n: ("*bf16" if n.endswith("_ptr") else "constexpr" if n in const
@@ -324,7 +325,7 @@ def _bench_ws(seqs: list[int], dims: list[int]) -> None:
           "| of cuDNN "
           "| max err |\n|---|---|---|---|---|---|---|")
     for d in dims:
-        launches = [(None, None, None, False)] + [c[1:] for c in WS_CANDIDATES if c[0] == d]
+        launches = [(None, None, None, None)] + [c[1:] for c in WS_CANDIDATES if c[0] == d]
         for causal in (False, True):
             for s in seqs:
                 b, h = 16384 // s, 2048 // d
@@ -375,7 +376,7 @@ def main(argv: list[str] | None = None) -> int:
     elif args.offline:
         for d in dims:
             for causal in (False, True):
-                r = compile_offline(d, causal, overlap_pv=args.overlap_pv, ws=args.ws)
+                r = compile_offline(d, causal, overlap_pv=args.overlap_pv or None, ws=args.ws)
                 print(json.dumps(r) if args.json else
                       f"{'ws ' if args.ws else ''}D={d} causal={causal} BLOCK_N={r['block_n']}: "
                       f"{r['registers']} registers, "

@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import importlib.util
 import math
+import os
+import subprocess
 import sys
 from typing import Any
 
@@ -450,6 +452,7 @@ def test_use_gluon_leaves_calls_it_does_not_cover_to_the_triton_kernel(monkeypat
     module = sys.modules["onlinesm.kernels.attention"]
     calls = []
     monkeypatch.setattr(ag, "forward", lambda *a, **kw: calls.append(1))
+    was_on = module._gluon_on
     try:
         assert kernels.use_gluon(True)
         q, k, v = _inputs((1, 2, 128, 64), (1, 2, 128, 64), torch.bfloat16, seed=1)
@@ -460,8 +463,20 @@ def test_use_gluon_leaves_calls_it_does_not_cover_to_the_triton_kernel(monkeypat
         if INTERPRET:  # under the interpreter not even a call it covers
             attention(q, k, v)
         assert calls == []
-    finally:
         assert not kernels.use_gluon(False) and not module._gluon_on
+    finally:
+        kernels.use_gluon(was_on)
+
+
+@pytest.mark.parametrize("env, on", [(None, True), ("0", False), ("off", False), ("1", True)])
+def test_the_gluon_kernel_is_on_unless_the_environment_turns_it_off(env, on):
+    code = "import onlinesm.kernels.attention as a; print(a._gluon_on)"
+    environ = {k: v for k, v in os.environ.items() if k != "ONLINESM_ATTENTION_GLUON"}
+    if env is not None:
+        environ["ONLINESM_ATTENTION_GLUON"] = env
+    out = subprocess.run([sys.executable, "-c", code], env=environ, capture_output=True,
+                         text=True, check=True).stdout
+    assert out.strip() == str(on)
 
 
 @pytest.mark.gpu
@@ -472,6 +487,7 @@ def test_gpu_use_gluon_runs_the_calls_it_covers(dtype: Any, causal: bool, monkey
     calls = []
     forward = ag.forward
     monkeypatch.setattr(ag, "forward", lambda *a, **kw: calls.append(1) or forward(*a, **kw))
+    was_on = sys.modules["onlinesm.kernels.attention"]._gluon_on
     try:
         assert kernels.use_gluon(True)
         q, k, v = _inputs((1, 2, 4096, 128), (1, 2, 4096, 128), dtype, seed=7)
@@ -481,6 +497,8 @@ def test_gpu_use_gluon_runs_the_calls_it_covers(dtype: Any, causal: bool, monkey
         assert np.all(np.abs(to_numpy(o).astype(np.float64) - o_ref) <= o_tol)
         attention(q, k, v, causal=causal, return_lse=True)  # lse: the Triton kernel
         attention(q[..., :2048, :], k[..., :2048, :], v[..., :2048, :])  # short: Triton's
+        monkeypatch.setenv("ONLINESM_ATTENTION_CONFIG", "128,64,3,8")  # pinned Triton tiles
+        attention(q, k, v, causal=causal)
         assert calls == [1]
     finally:
-        kernels.use_gluon(False)
+        kernels.use_gluon(was_on)

@@ -134,12 +134,12 @@ def _interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0").strip().lower() in ("1", "true", "on", "yes")
 
 
-#: ``ONLINESM_ATTENTION_GLUON=1``: calls the Gluon kernel covers (attention_gluon.fits: 16-bit,
-#: Sq == Sk, no GQA, no mask, S % 128 == 0, D 64 or 128, no lse, an sm_90 GPU) where it is
-#: faster (attention_gluon.pays: D = 128, S >= 4096) run it, the rest this module's kernel.
-#: Opt-in until the full property suite has run with it on.
+#: Calls the Gluon kernel covers (attention_gluon.fits: 16-bit, Sq == Sk, no GQA, no mask,
+#: S % 128 == 0, D 64 or 128, no lse, an sm_90 GPU) where it is faster (attention_gluon.pays:
+#: D = 128, S >= 4096) run it, the rest this module's kernel. On by default;
+#: ``ONLINESM_ATTENTION_GLUON=0`` (or ``use_gluon(False)``) runs every call on this module's.
 GLUON_ENV = "ONLINESM_ATTENTION_GLUON"
-_gluon_on = os.environ.get(GLUON_ENV, "0").strip().lower() in ("1", "true", "on", "yes")
+_gluon_on = os.environ.get(GLUON_ENV, "1").strip().lower() not in ("0", "false", "off", "no")
 
 
 def use_gluon(on: bool = True) -> bool:
@@ -670,7 +670,8 @@ def attention(
     if not math.isfinite(scale):
         raise ValueError(f"scale={scale} is not finite; pass a finite float (default 1/sqrt(D))")
 
-    if _gluon_on and not interpret:
+    # The Gluon kernel where it covers the call and pays, unless a Triton tile config is pinned.
+    if _gluon_on and not interpret and not os.environ.get(CONFIG_ENV, "").strip():
         gluon = _gluon_module()
         if (gluon is not None and gluon.pays(q)
                 and gluon.fits(q, k, v, mask=mask, return_lse=return_lse) is None):
