@@ -5,8 +5,8 @@ the H200 (reports/h200/bench_attention.md):
 
 * ``attention(..., ws=True)`` / ``attention_ws``: the warp-specialized kernel of
   ``onlinesm.kernels.attention_gluon`` (a TMA producer warp, two consumer warpgroups taking
-  turns at the tensor cores): 0.90-1.03 of cuDNN at D = 128, S >= 4096 (medians of 3),
-  opt-in in ``onlinesm.kernels.attention`` (``ONLINESM_ATTENTION_GLUON=1``).
+  turns at the tensor cores): 0.92-1.02 of cuDNN at D = 128, S >= 4096 (medians of 3),
+  run by ``onlinesm.kernels.attention`` there (``ONLINESM_ATTENTION_GLUON=0`` turns it off).
 * ``attention(...)``: one partition of two warpgroups (8 warps) owning 128 query rows, the
   next tile's Q K^T issued before this tile's softmax (FlashAttention-3's intra-warpgroup
   overlap), K and V through three buffers with cp.async: 0.69-0.82 of cuDNN, slower than

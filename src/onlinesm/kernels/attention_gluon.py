@@ -10,13 +10,13 @@ other's matmuls run.
 
 Why: the Triton kernel (attention.py) cannot overlap a tile's softmax with matmuls (Triton
 waits for a wgmma at once when its result feeds anything but another wgmma), which held it at
-0.72-0.80 of cuDNN at D = 128. This one reaches 0.90-1.03 there on an H200 (medians of 3,
+0.72-0.86 of cuDNN at D = 128. This one reaches 0.92-1.02 there on an H200 (medians of 3,
 S >= 4096; reports/h200/bench_attention.md).
 
-Status: opt-in. ``attention()`` runs it for the calls it covers (:func:`fits`) where it is the
-faster kernel (:func:`pays`: D = 128, S >= 4096) when ``ONLINESM_ATTENTION_GLUON=1``
-(``use_gluon(True)``); the default stays the Triton kernel until the full property suite has
-run on the H200 with it on. Its own oracle tests and ``onlinesm check`` on it pass there.
+Status: on by default. ``attention()`` runs it for the calls it covers (:func:`fits`) where it
+is the faster kernel (:func:`pays`: D = 128, S >= 4096), unless ``ONLINESM_ATTENTION_GLUON=0``
+(``use_gluon(False)``) or a pinned Triton config (``ONLINESM_ATTENTION_CONFIG``) says
+otherwise. Its oracle tests and ``onlinesm check`` through ``attention()`` pass on the H200.
 
     >>> from onlinesm.kernels import attention_gluon as ag
     >>> ag.fits(q, k, v)  # None, or why not  # doctest: +SKIP
