@@ -157,3 +157,33 @@ def test_attention_fast_path_audit_relative_to_sum_p_abs_v() -> None:
         case = generate_attention(fam, "bfloat16", rng, batch=2, heads=1, seq_q=3, seq_k=24, head_dim=16)
         err = oracle.audit_attention(case.q, case.k, case.v, mask=case.mask, causal=case.causal, scale=case.scale)
         assert err <= oracle.AUDIT_TOLERANCE, fam
+
+
+@pytest.mark.parametrize("blas", [False, True], ids=["einsum", "blas"])
+def test_attention_fast_path_within_the_audit_on_either_contraction(blas: bool, monkeypatch) -> None:
+    # contract() hands large contractions to BLAS, whose summation order differs from
+    # einsum's: the fast path must stay within the audit's bound against mpmath either way.
+    from onlinesm.strategies import generate_attention
+
+    if blas:
+        monkeypatch.setattr(oracle, "BLAS_FROM", 0)
+    rng = np.random.default_rng(13)
+    for fam in ("outliers", "huge_logits", "huge_v_cancel", "key_padding"):
+        case = generate_attention(fam, "bfloat16", rng, batch=1, heads=2, seq_q=3, seq_k=40, head_dim=16)
+        err = oracle.audit_attention(case.q, case.k, case.v, mask=case.mask, causal=case.causal, scale=case.scale)
+        assert err <= oracle.AUDIT_TOLERANCE, fam
+
+
+def test_contract_is_einsum_bit_for_bit_below_the_blas_threshold(monkeypatch) -> None:
+    rng = np.random.default_rng(14)
+    q, k = rng.standard_normal((2, 3, 5, 8)), rng.standard_normal((2, 3, 7, 8))
+    p = rng.random((2, 3, 5, 7))
+    small_qk = oracle.contract("bhqd,bhkd->bhqk", q, k)
+    small_pv = oracle.contract("bhqk,bhkd->bhqd", p, k)
+    assert np.array_equal(small_qk, np.einsum("bhqd,bhkd->bhqk", q, k))
+    assert np.array_equal(small_pv, np.einsum("bhqk,bhkd->bhqd", p, k))
+    monkeypatch.setattr(oracle, "BLAS_FROM", 0)  # now matmul: the same values to rounding
+    np.testing.assert_allclose(oracle.contract("bhqd,bhkd->bhqk", q, k), small_qk, rtol=1e-13, atol=1e-14)
+    np.testing.assert_allclose(oracle.contract("bhqk,bhkd->bhqd", p, k), small_pv, rtol=1e-13, atol=1e-14)
+    with pytest.raises(ValueError, match="contract\\(\\) takes one of"):
+        oracle.contract("ij,jk->ik", q[0, 0], k[0, 0])

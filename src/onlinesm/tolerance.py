@@ -113,7 +113,7 @@ import numpy as np
 from onlinesm.declarations import EXP_CLASSES, Numerics
 from onlinesm.dtypes import FloatFormat, resolve, ulp
 from onlinesm import oracle
-from onlinesm.oracle import visible_keys
+from onlinesm.oracle import contract, visible_keys
 from onlinesm.metrics import (
     Bound,
     Comparison,
@@ -416,9 +416,9 @@ def attention_bound(
     visible = visible_keys((b_, h, sq, sk), mask=mask, causal=causal, causal_align=causal_align)
     finite_in = np.isfinite(qf).all(-1)[..., None] & np.isfinite(kf).all(-1)[:, :, None, :]
     with np.errstate(invalid="ignore", over="ignore"):
-        s = sc * np.einsum("bhqd,bhkd->bhqk", np.nan_to_num(qf), np.nan_to_num(kf))
-        dotabs = abs(sc) * np.einsum("bhqd,bhkd->bhqk", np.abs(np.nan_to_num(qf)),
-                                     np.abs(np.nan_to_num(kf)))
+        s = sc * contract("bhqd,bhkd->bhqk", np.nan_to_num(qf), np.nan_to_num(kf))
+        dotabs = abs(sc) * contract("bhqd,bhkd->bhqk", np.abs(np.nan_to_num(qf)),
+                                    np.abs(np.nan_to_num(kf)))
     vis = visible & finite_in
     live = vis.any(axis=-1)  # queries with at least one visible key
     m = np.where(vis, s, -np.inf).max(axis=-1, keepdims=True)
@@ -436,7 +436,7 @@ def attention_bound(
                                      causal_align=causal_align)
     o = np.asarray(exact[0], dtype=np.float64)
     oabs = np.where(np.isfinite(o), np.abs(o), 0.0)
-    v1 = np.einsum("bhqk,bhkd->bhqd", p, vabs)  # Σ_j p_j |v_j|
+    v1 = contract("bhqk,bhkd->bhqd", p, vabs)  # Σ_j p_j |v_j|
     n_vis = vis.sum(axis=-1)[..., None]  # [B, H, Sq, 1]
 
     conv = 0.0
@@ -456,11 +456,11 @@ def attention_bound(
     for name, t in rho.items():
         pt = np.where(vis, p * t, 0.0)
         pbar[name] = pt.sum(axis=-1, keepdims=True)
-        terms[name] = np.einsum("bhqk,bhkd->bhqd", pt, vabs) + pbar[name] * oabs
+        terms[name] = contract("bhqk,bhkd->bhqd", pt, vabs) + pbar[name] * oabs
     if numerics.p_dtype is not None:
         pf = resolve(numerics.p_dtype)
         half_sub = 0.5 * pf.smallest_subnormal
-        terms["p_round"] = pf.u * v1 + half_sub * np.einsum("bhqk,bhkd->bhqd", vis * 1.0, vabs)
+        terms["p_round"] = pf.u * v1 + half_sub * contract("bhqk,bhkd->bhqd", vis * 1.0, vabs)
         u_p = pf.u
     else:
         u_p = 0.0
