@@ -443,6 +443,8 @@ def test_the_gluon_kernel_says_why_a_call_is_not_its_own():
     # where it pays: D = 128 and S >= 4096 (measured on the H200)
     assert ag.pays(torch.zeros(1, 1, 4096, 128)) and not ag.pays(torch.zeros(1, 1, 4096, 64))
     assert not ag.pays(torch.zeros(1, 1, 2048, 128))
+    assert ag.pays(torch.zeros(1, 1, 16384, 64), causal=True)  # D = 64: causal, S >= 16k only
+    assert not ag.pays(torch.zeros(1, 1, 16384, 64)) and not ag.pays(torch.zeros(1, 1, 8192, 64), True)
     with pytest.raises(ValueError, match="the Gluon attention kernel needs q, k, v of one shape"):
         ag.forward(q[:, :, :100], q, q)
 

@@ -136,7 +136,7 @@ def _interpreting() -> bool:
 
 #: Calls the Gluon kernel covers (attention_gluon.fits: 16-bit, Sq == Sk, no GQA, no mask,
 #: S % 128 == 0, D 64 or 128, no lse, an sm_90 GPU) where it is faster (attention_gluon.pays:
-#: D = 128, S >= 4096) run it, the rest this module's kernel. On by default;
+#: D = 128, S >= 4096; D = 64 causal, S >= 16k) run it, the rest this module's kernel. On by default;
 #: ``ONLINESM_ATTENTION_GLUON=0`` (or ``use_gluon(False)``) runs every call on this module's.
 GLUON_ENV = "ONLINESM_ATTENTION_GLUON"
 _gluon_on = os.environ.get(GLUON_ENV, "1").strip().lower() not in ("0", "false", "off", "no")
@@ -673,7 +673,7 @@ def attention(
     # The Gluon kernel where it covers the call and pays, unless a Triton tile config is pinned.
     if _gluon_on and not interpret and not os.environ.get(CONFIG_ENV, "").strip():
         gluon = _gluon_module()
-        if (gluon is not None and gluon.pays(q)
+        if (gluon is not None and gluon.pays(q, causal)
                 and gluon.fits(q, k, v, mask=mask, return_lse=return_lse) is None):
             return gluon.forward(q, k, v, causal=causal, scale=scale)
 

@@ -14,9 +14,9 @@ waits for a wgmma at once when its result feeds anything but another wgmma), whi
 S >= 4096; reports/h200/bench_attention.md).
 
 Status: on by default. ``attention()`` runs it for the calls it covers (:func:`fits`) where it
-is the faster kernel (:func:`pays`: D = 128, S >= 4096), unless ``ONLINESM_ATTENTION_GLUON=0``
-(``use_gluon(False)``) or a pinned Triton config (``ONLINESM_ATTENTION_CONFIG``) says
-otherwise. Its oracle tests and ``onlinesm check`` through ``attention()`` pass on the H200.
+is the faster kernel (:func:`pays`: D = 128, S >= 4096; D = 64 causal, S >= 16k), unless
+``ONLINESM_ATTENTION_GLUON=0`` (``use_gluon(False)``) or a pinned Triton config
+(``ONLINESM_ATTENTION_CONFIG``) says otherwise. Its oracle tests and ``onlinesm check`` through ``attention()`` pass on the H200.
 
     >>> from onlinesm.kernels import attention_gluon as ag
     >>> ag.fits(q, k, v)  # None, or why not  # doctest: +SKIP
@@ -307,12 +307,19 @@ def fits(q: Any, k: Any, v: Any, *, mask: Any = None, return_lse: bool = False) 
     return None
 
 
-def pays(q: Any) -> bool:
-    """Whether the kernel beats the Triton one for q's shape: D = 128 and S >= 4096.
-    Measured on the H200 (medians of 3, bf16, of cuDNN): there 0.90-1.03 against 0.76-0.86;
-    at D = 64 0.85-0.97 against 0.90-0.95, at S = 1024 slower at both head sizes (fewer key
-    tiles per program to pay for the partitions' start and end)."""
-    return q.shape[-1] == 128 and q.shape[-2] >= 4096
+def pays(q: Any, causal: bool = False) -> bool:
+    """Whether the kernel beats the Triton one for q's shape: D = 128 and S >= 4096, or
+    D = 64, causal, S >= 16,384. Measured on the H200 (bf16, of cuDNN, medians of 3): at
+    D = 128 0.92-1.02 against 0.76-0.86; at D = 64 causal S = 16,384 0.97 against 0.90 (one
+    run since: 0.98 against 0.94); elsewhere at D = 64 within the noise or slower (0.83-0.97
+    against 0.89-0.95), and at S = 1024 slower at both head sizes (fewer key tiles per program
+    to pay for the partitions' start and end).
+
+    >>> pays(torch.empty(1, 16, 4096, 128))  # doctest: +SKIP
+    True
+    """
+    d, s = q.shape[-1], q.shape[-2]
+    return (d == 128 and s >= 4096) or (d == 64 and bool(causal) and s >= 16384)
 
 
 def forward(q: Any, k: Any, v: Any, *, causal: bool = False, scale: float | None = None,
