@@ -126,8 +126,9 @@ def use_gluon(on: bool = True) -> bool:
     """Run the attention calls that the Gluon kernel for Hopper covers (16-bit, Sq == Sk, no
     GQA, no mask, S % 128 == 0, D 64 or 128, no lse, an sm_90 GPU) and is faster on (D = 128,
     S >= 4096; D = 64 causal, S >= 16k) on it, or stop; returns whether it is on (off where
-    this triton has no Gluon). On by default; ``ONLINESM_ATTENTION_GLUON=0`` turns it off for a process. Choose the
-    interpreter or not first (:func:`use_interpreter`): this imports the kernel.
+    this triton has no Gluon). On by default; ``ONLINESM_ATTENTION_GLUON=0`` turns it off for
+    a process. Choose the interpreter or not first (:func:`use_interpreter`): this imports
+    the kernel.
 
     >>> use_gluon(False)
     False

@@ -16,7 +16,8 @@ S >= 4096; reports/h200/bench_attention.md).
 Status: on by default. ``attention()`` runs it for the calls it covers (:func:`fits`) where it
 is the faster kernel (:func:`pays`: D = 128, S >= 4096; D = 64 causal, S >= 16k), unless
 ``ONLINESM_ATTENTION_GLUON=0`` (``use_gluon(False)``) or a pinned Triton config
-(``ONLINESM_ATTENTION_CONFIG``) says otherwise. Its oracle tests and ``onlinesm check`` through ``attention()`` pass on the H200.
+(``ONLINESM_ATTENTION_CONFIG``) says otherwise. Its oracle tests and ``onlinesm check``
+through ``attention()`` pass on the H200.
 
     >>> from onlinesm.kernels import attention_gluon as ag
     >>> ag.fits(q, k, v)  # None, or why not  # doctest: +SKIP
