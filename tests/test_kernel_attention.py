@@ -29,6 +29,7 @@ import math
 import os
 import subprocess
 import sys
+import types
 from typing import Any
 
 import numpy as np
@@ -468,6 +469,31 @@ def test_use_gluon_leaves_calls_it_does_not_cover_to_the_triton_kernel(monkeypat
         assert not kernels.use_gluon(False) and not module._gluon_on
     finally:
         kernels.use_gluon(was_on)
+
+
+def test_a_gluon_kernel_that_fails_leaves_the_call_to_the_triton_kernel(monkeypatch):
+    # Gluon is experimental: a triton that cannot compile the kernel must not cost the call.
+    module = sys.modules["onlinesm.kernels.attention"]
+
+    def broken(*a: Any, **kw: Any) -> Any:
+        raise RuntimeError("PassManager::run failed\nthe rest of the log")
+
+    stub = types.SimpleNamespace(pays=lambda q, causal: True, fits=lambda *a, **kw: None,
+                                 forward=broken)
+    monkeypatch.setattr(module, "_gluon_module", lambda: stub)
+    monkeypatch.setattr(module, "_gluon_on", True)
+    q = torch.zeros(1, 1, 128, 128, dtype=torch.bfloat16)
+    call = (q, q, q, None, False, 0.1, False)
+    with pytest.warns(RuntimeWarning, match=r"the Gluon attention kernel failed \(RuntimeError: "
+                      r"PassManager::run failed\) .*ONLINESM_ATTENTION_GLUON=0"):
+        assert module._gluon_forward(*call) is None
+    assert not module._gluon_on  # off for the rest of the process
+    stub.forward = lambda *a, **kw: (_ for _ in ()).throw(torch.cuda.OutOfMemoryError("CUDA oom"))
+    with pytest.raises(torch.cuda.OutOfMemoryError):  # out of memory is the caller's to see
+        module._gluon_forward(*call)
+    stub.forward = lambda *a, **kw: pytest.fail("a call it does not pay on reached the kernel")
+    stub.pays = lambda q, causal: False
+    assert module._gluon_forward(*call) is None
 
 
 @pytest.mark.parametrize("env, on", [(None, True), ("0", False), ("off", False), ("1", True)])

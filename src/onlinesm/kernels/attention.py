@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import math
 import os
+import warnings
 from typing import Any
 
 import torch
@@ -162,6 +163,33 @@ def _gluon_module() -> Any:
     except ImportError:
         return None
     return attention_gluon
+
+
+def _gluon_forward(q: Any, k: Any, v: Any, mask: Any, causal: bool, scale: float,
+                   return_lse: bool) -> Any:
+    """The Gluon kernel's o for a call it covers and pays on, else None (this module's kernel
+    runs it). Gluon is an experimental dialect: should a triton fail to compile or launch the
+    kernel, this warns once, with the error and how to silence it, turns the Gluon kernel
+    off for the process and leaves the call to this module's kernel, so nothing is lost. Out
+    of memory is the caller's to see."""
+    global _gluon_on
+    gluon = _gluon_module()
+    if (gluon is None or not gluon.pays(q, causal)
+            or gluon.fits(q, k, v, mask=mask, return_lse=return_lse) is not None):
+        return None
+    try:
+        return gluon.forward(q, k, v, causal=causal, scale=scale)
+    except torch.cuda.OutOfMemoryError:
+        raise
+    except Exception as e:  # noqa: BLE001: any failure of the dialect; the Triton kernel runs
+        _gluon_on = False
+        first = (str(e).strip().splitlines() or [""])[0][:200]
+        warnings.warn(
+            f"the Gluon attention kernel failed ({type(e).__name__}: {first}) under triton "
+            f"{triton.__version__}; running the Triton kernel for this and later calls "
+            f"(set {GLUON_ENV}=0 to skip the Gluon kernel and this warning)",
+            RuntimeWarning, stacklevel=3)
+        return None
 
 
 #: The mode this module's kernels were decorated in. Triton decides it once, when ``@triton.jit``
@@ -673,10 +701,9 @@ def attention(
 
     # The Gluon kernel where it covers the call and pays, unless a Triton tile config is pinned.
     if _gluon_on and not interpret and not os.environ.get(CONFIG_ENV, "").strip():
-        gluon = _gluon_module()
-        if (gluon is not None and gluon.pays(q, causal)
-                and gluon.fits(q, k, v, mask=mask, return_lse=return_lse) is None):
-            return gluon.forward(q, k, v, causal=causal, scale=scale)
+        o = _gluon_forward(q, k, v, mask, causal, scale, return_lse)
+        if o is not None:
+            return o
 
     # The kernel indexes the last dim with stride 1; anything else is copied once.
     q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
