@@ -251,6 +251,35 @@ def test_attention_exact_argument_and_gqa_shapes() -> None:
                                bo.abs)
 
 
+@pytest.mark.parametrize("family", ["key_padding", "huge_v_cancel", "gqa"])
+def test_attention_oracle_and_bound_by_row_blocks_match_all_rows_at_once(family: str,
+                                                                         monkeypatch) -> None:
+    # Long sequences are worked a block of query rows at a time (oracle.row_blocks): the
+    # blocks must give every bit of the all-at-once answer, with a mask and a fully masked row.
+    rng = np.random.default_rng(9)
+    case = generate_attention(family, "bfloat16", rng, batch=2, heads=4, seq_q=37, seq_k=50,
+                              head_dim=16, kv_heads=2 if family == "gqa" else 4)
+    kw = dict(mask=case.mask, causal=case.causal, scale=case.scale,
+              numerics=Numerics(p_dtype="bfloat16"))
+    whole_o, whole_lse = oracle.attention(case.q, case.k, case.v, mask=case.mask,
+                                          causal=case.causal, scale=case.scale)
+    whole = attention_bound(case.q, case.k, case.v, **kw)
+    if family == "key_padding":
+        assert np.isneginf(whole_lse).any()  # a query with no visible key among the blocks
+    monkeypatch.setattr(oracle, "SCORE_BLOCK", 8 * 50 * 5)  # blocks of 5 rows: 8 of them
+    assert len(oracle.row_blocks(8, 37, 50)) == 8
+    o, lse = oracle.attention(case.q, case.k, case.v, mask=case.mask, causal=case.causal,
+                              scale=case.scale)
+    assert np.array_equal(o, whole_o) and np.array_equal(lse, whole_lse)
+    blocked = attention_bound(case.q, case.k, case.v, **kw)
+    for got, want in zip(blocked, whole):
+        assert np.array_equal(got.abs, want.abs)
+        assert np.array_equal(got.exact, want.exact, equal_nan=True)
+        assert got.terms.keys() == want.terms.keys()
+        for name in want.terms:
+            assert np.array_equal(got.terms[name], want.terms[name]), name
+
+
 def test_p_dtype_and_tf32_widen_the_bound() -> None:
     rng = np.random.default_rng(8)
     case = generate_attention("gaussian", "float32", rng, batch=1, heads=1, seq_q=4, seq_k=64,

@@ -37,6 +37,7 @@ __all__ = [
     "visible_keys",
     "fast_path_rel_error",
     "contract",
+    "row_blocks",
     "EXACT_DIGITS",
 ]
 
@@ -72,6 +73,22 @@ def contract(spec: str, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     if a.size * b.shape[_CONTRACTIONS[spec]] < BLAS_FROM:
         return np.einsum(spec, a, b)
     return a @ (b.swapaxes(-1, -2) if spec.endswith("bhqk") else b)
+
+
+#: Elements of an Sq x Sk score array worked on at once (32 MB in float64): long sequences go
+#: a block of query rows at a time, so memory stays bounded (S = 16k: 2 GB a head at once).
+SCORE_BLOCK = 1 << 22
+
+
+def row_blocks(batch_heads: int, sq: int, sk: int) -> list[slice]:
+    """Slices of the Sq query rows, each of about ``SCORE_BLOCK`` scores over ``batch_heads``
+    heads and Sk keys; one empty slice when Sq = 0 (shapes still flow through).
+
+    >>> row_blocks(1, 5, 2**21)
+    [slice(0, 2, None), slice(2, 4, None), slice(4, 5, None)]
+    """
+    step = max(1, SCORE_BLOCK // max(1, batch_heads * sk))
+    return [slice(r0, min(r0 + step, sq)) for r0 in range(0, max(sq, 1), step)]
 
 
 def fast_path_rel_error(n: int | np.ndarray) -> np.ndarray:
@@ -287,10 +304,12 @@ def attention(
     visible = visible_keys((b, h, sq, sk), mask=mask, causal=causal, causal_align=causal_align)
     if exact:
         return _attention_exact(q, k, v, visible, scale)
-    s = contract("bhqd,bhkd->bhqk", q, k) * scale
-    s = np.where(visible, s, -np.inf)
-    p, lse = _softmax_and_lse(s, exact=False)
-    o = contract("bhqk,bhkd->bhqd", p, v)
+    o, lse = np.empty((b, h, sq, v.shape[-1])), np.empty((b, h, sq))
+    for r in row_blocks(b * h, sq, sk):  # the same values as all rows at once
+        s = contract("bhqd,bhkd->bhqk", q[:, :, r], k) * scale
+        s = np.where(visible[:, :, r], s, -np.inf)
+        p, lse[:, :, r] = _softmax_and_lse(s, exact=False)
+        o[:, :, r] = contract("bhqk,bhkd->bhqd", p, v)
     return o, lse
 
 

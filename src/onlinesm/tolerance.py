@@ -113,7 +113,7 @@ import numpy as np
 from onlinesm.declarations import EXP_CLASSES, Numerics
 from onlinesm.dtypes import FloatFormat, resolve, ulp
 from onlinesm import oracle
-from onlinesm.oracle import contract, visible_keys
+from onlinesm.oracle import contract, row_blocks, visible_keys
 from onlinesm.metrics import (
     Bound,
     Comparison,
@@ -414,20 +414,10 @@ def attention_bound(
     vf = np.repeat(v.astype(np.float64), h // hkv, axis=1)
     sc = 1.0 / np.sqrt(d) if scale is None else float(scale)
     visible = visible_keys((b_, h, sq, sk), mask=mask, causal=causal, causal_align=causal_align)
-    finite_in = np.isfinite(qf).all(-1)[..., None] & np.isfinite(kf).all(-1)[:, :, None, :]
-    with np.errstate(invalid="ignore", over="ignore"):
-        s = sc * contract("bhqd,bhkd->bhqk", np.nan_to_num(qf), np.nan_to_num(kf))
-        dotabs = abs(sc) * contract("bhqd,bhkd->bhqk", np.abs(np.nan_to_num(qf)),
-                                    np.abs(np.nan_to_num(kf)))
-    vis = visible & finite_in
-    live = vis.any(axis=-1)  # queries with at least one visible key
-    m = np.where(vis, s, -np.inf).max(axis=-1, keepdims=True)
-    m0 = np.where(np.isfinite(m), m, 0.0)
-    az = np.where(vis, m0 - np.where(vis, s, 0.0), 0.0)
-    with np.errstate(under="ignore"):
-        e = np.where(vis, np.exp(-az), 0.0)
-    ell = e.sum(axis=-1, keepdims=True)
-    p = e / np.where(ell > 0, ell, 1.0)
+    q_fin = np.isfinite(qf).all(-1)[..., None]  # [B, H, Sq, 1]
+    k_fin = np.isfinite(kf).all(-1)[:, :, None, :]  # [B, H, 1, Sk]
+    inputs_finite = visible.size == 0 or bool(q_fin.all() and k_fin.all())
+    qz, kz = np.nan_to_num(qf), np.nan_to_num(kf)
     vfin = np.isfinite(vf)
     vabs = np.where(vfin, np.abs(vf), 0.0)
     if exact is None:  # the exact answer comes from the oracle
@@ -436,41 +426,65 @@ def attention_bound(
                                      causal_align=causal_align)
     o = np.asarray(exact[0], dtype=np.float64)
     oabs = np.where(np.isfinite(o), np.abs(o), 0.0)
-    v1 = contract("bhqk,bhkd->bhqd", p, vabs)  # Σ_j p_j |v_j|
-    n_vis = vis.sum(axis=-1)[..., None]  # [B, H, Sq, 1]
-
     conv = 0.0
     if numerics.allow_tf32 and in_fmt.precision > 11:
         conv = 2.0 * _U_TF32
     elif in_fmt.precision > w.precision:
         conv = 2.0 * u
-    azc = np.minimum(az, _EXP_UNDERFLOW)
-    rho = {  # relative perturbations of each exp(s_j - m), per key
-        "dot": (g(d, u) + conv) * dotabs,
-        "scale": 3.0 * u * np.abs(np.where(vis, s, 0.0)),
-        "arg": a_arg * u * azc,
-        "exp": u * (c_exp * azc + b_exp),
-    }
-    terms: dict[str, np.ndarray] = {}
-    pbar: dict[str, np.ndarray] = {}
-    for name, t in rho.items():
-        pt = np.where(vis, p * t, 0.0)
-        pbar[name] = pt.sum(axis=-1, keepdims=True)
-        terms[name] = contract("bhqk,bhkd->bhqd", pt, vabs) + pbar[name] * oabs
-    if numerics.p_dtype is not None:
-        pf = resolve(numerics.p_dtype)
-        half_sub = 0.5 * pf.smallest_subnormal
-        terms["p_round"] = pf.u * v1 + half_sub * contract("bhqk,bhkd->bhqd", vis * 1.0, vabs)
-        u_p = pf.u
-    else:
-        u_p = 0.0
+    pf = resolve(numerics.p_dtype) if numerics.p_dtype is not None else None
+    u_p = pf.u if pf is not None else 0.0
+
+    # Everything of size Sq x Sk is per query row: computed a block of rows at a time (the
+    # same values; memory bounded at long S), reduced to the row quantities kept in `rows`.
+    rows: dict[str, np.ndarray] = {}
+    for r in row_blocks(b_ * h, sq, sk):
+        vis = visible[:, :, r] & q_fin[:, :, r] & k_fin
+        with np.errstate(invalid="ignore", over="ignore"):
+            s = sc * contract("bhqd,bhkd->bhqk", qz[:, :, r], kz)
+            dotabs = abs(sc) * contract("bhqd,bhkd->bhqk", np.abs(qz[:, :, r]), np.abs(kz))
+        m = np.where(vis, s, -np.inf).max(axis=-1, keepdims=True)
+        m0 = np.where(np.isfinite(m), m, 0.0)
+        az = np.where(vis, m0 - np.where(vis, s, 0.0), 0.0)
+        with np.errstate(under="ignore"):
+            e = np.where(vis, np.exp(-az), 0.0)
+        ell = e.sum(axis=-1, keepdims=True)
+        p = e / np.where(ell > 0, ell, 1.0)
+        block = {
+            "live": vis.any(axis=-1),  # queries with at least one visible key
+            "m0": m0, "ell": ell,
+            "v1": contract("bhqk,bhkd->bhqd", p, vabs),  # Σ_j p_j |v_j|
+            "n_vis": vis.sum(axis=-1)[..., None],  # [B, H, rows, 1]
+        }
+        azc = np.minimum(az, _EXP_UNDERFLOW)
+        rho = {  # relative perturbations of each exp(s_j - m), per key
+            "dot": (g(d, u) + conv) * dotabs,
+            "scale": 3.0 * u * np.abs(np.where(vis, s, 0.0)),
+            "arg": a_arg * u * azc,
+            "exp": u * (c_exp * azc + b_exp),
+        }
+        for name, t in rho.items():
+            pt = np.where(vis, p * t, 0.0)
+            block["pbar_" + name] = pt.sum(axis=-1, keepdims=True)
+            block["term_" + name] = (contract("bhqk,bhkd->bhqd", pt, vabs)
+                                     + block["pbar_" + name] * oabs[:, :, r])
+        if pf is not None:
+            block["vis_v"] = contract("bhqk,bhkd->bhqd", vis * 1.0, vabs)
+        block["worst_rho"] = np.where(vis, sum(rho.values()), 0.0).max(axis=-1, keepdims=True)
+        for key, a in block.items():
+            if key not in rows:
+                rows[key] = np.empty(a.shape[:2] + (sq,) + a.shape[3:], a.dtype)
+            rows[key][:, :, r] = a
+    live, m0, ell, v1, n_vis = (rows[k] for k in ("live", "m0", "ell", "v1", "n_vis"))
+    terms: dict[str, np.ndarray] = {name: rows["term_" + name] for name in rho}
+    pbar: dict[str, np.ndarray] = {name: rows["pbar_" + name] for name in rho}
+    if pf is not None:
+        terms["p_round"] = pf.u * v1 + 0.5 * pf.smallest_subnormal * rows["vis_v"]
     terms["pv"] = g(n_vis, u) * v1
     terms["sum"] = g(n_vis - 1, u) * oabs
     terms["div"] = div * u * oabs
     linear = sum(terms[k] for k in ("dot", "scale", "arg", "sum", "pv", "div"))
     terms["oracle"] = (_U64 / u) * linear + 4.0 * _U64 * (v1 + oabs)
-    worst_rho = np.where(vis, sum(rho.values()), 0.0).max(axis=-1, keepdims=True)
-    big_r = worst_rho + g(n_vis, u) + u_p + div * u
+    big_r = rows["worst_rho"] + g(n_vis, u) + u_p + div * u
     pre_first = sum(terms.values())
     terms["higher"] = pre_first * np.where(big_r < 0.5, big_r / (1.0 - np.minimum(big_r, 0.5)),
                                            big_r)
@@ -481,7 +495,7 @@ def attention_bound(
     row_ok = live[..., None] & np.isfinite(o)
     terms = {k: np.where(row_ok, t, 0.0) for k, t in terms.items()}
     o_exact = np.where(live[..., None], o, 0.0)
-    if not finite_in.all() or not vfin.all():
+    if not inputs_finite or not vfin.all():
         o_exact = np.where(np.isfinite(o_exact), o_exact, np.nan)
     bound_o = Bound(abs=sum(terms.values()), terms=terms, numerics=numerics,
                     what=_what(f"attention output bound, Sk={sk}, D={d}, {in_fmt.name} in, "
