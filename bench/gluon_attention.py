@@ -220,23 +220,27 @@ def attention_ws(q: Any, k: Any, v: Any, *, mask: Any = None, causal: bool = Fal
 
 #: Launches of the warp-specialized kernel to time beside the shipped one (--bench-ws), as
 #: (D, key tile, K/V buffers, registers per thread, P V overlapping the warpgroup's own
-#: softmax), all spill-free under triton 3.6 and 3.9 (--offline --ws-candidates). Two
-#: programs per SM do not fit: at 80 registers D = 64 spills 2.9-3.5 KB with key tiles of 64,
-#: and ptxas refuses tiles of 128 (C7602, needs 90).
+#: softmax, consumer warpgroups), all spill-free under triton 3.6 and 3.9 (--offline
+#: --ws-candidates). Three consumers (192 query rows, 128 registers) are FlashAttention-3's
+#: shape for D = 64, where two stay below cuDNN. Timed and dropped (ninth round,
+#: reports/h200/bench_attention.md): key tiles of 64 and two buffers with two consumers
+#: (8-20% slower), four buffers at D = 64 (no gain). Two programs per SM do not fit: at 80
+#: registers D = 64 spills 2.9-3.5 KB with key tiles of 64, and ptxas refuses tiles of 128.
 WS_CANDIDATES = (
-    (128, 128, 3, 168, False), (128, 64, 3, 168, False), (128, 64, 4, 168, False),
-    (128, 128, 2, 168, False), (64, 128, 3, 168, True), (64, 128, 4, 168, False),
-    (64, 64, 4, 168, False),
+    (128, 128, 3, 168, False, 2), (64, 128, 3, 168, True, 2),
+    (64, 128, 3, 128, False, 3), (64, 128, 3, 128, True, 3), (64, 64, 4, 128, False, 3),
+    (128, 64, 2, 128, False, 3),
 )
 
 
 def compile_offline(head_d: int, causal: bool, block_n: int | None = None,
                     overlap_pv: bool | None = None, ws: bool = False, num_buf: int | None = None,
-                    maxnreg: int | None = None) -> dict[str, Any]:
+                    maxnreg: int | None = None, warpgroups: int = 2) -> dict[str, Any]:
     """Compile for sm_90a without a GPU; ``{"registers", "spill_bytes", "shared",
     "serialized"}`` from ``ptxas -v`` (serialized: ptxas's C7514, wgmma run one by one).
     ``ws``: the warp-specialized kernel (``num_buf``, ``maxnreg`` and ``overlap_pv``, its
-    ``pv_overlap``: as its ``forward``, None the shipped launch's)."""
+    ``pv_overlap``: as its ``forward``, None the shipped launch's; ``warpgroups``: its
+    consumers, 2 or 3)."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
@@ -246,8 +250,9 @@ def compile_offline(head_d: int, causal: bool, block_n: int | None = None,
     if ws:
         const = ag._ws_constexprs(head_d, block_n or ag._ws_block_n(head_d), causal,
                                   num_buf or ag.WS_NUM_BUF,
-                                  ag._ws_pv_overlap(head_d) if overlap_pv is None else overlap_pv)
-        options = dict(num_warps=4, maxnreg=maxnreg or ag.WS_MAXNREG)
+                                  ag._ws_pv_overlap(head_d) if overlap_pv is None else overlap_pv,
+                                  warpgroups)
+        options = dict(num_warps=4, maxnreg=maxnreg or ag._ws_maxnreg(warpgroups))
     else:
         const = _constexprs(head_d, block_n or _block_n(head_d), causal, bool(overlap_pv))
         options = dict(num_warps=NUM_WARPS)
@@ -261,6 +266,7 @@ def compile_offline(head_d: int, causal: bool, block_n: int | None = None,
     r = ptxas_sm90(compiled)
     return dict(head_d=head_d, causal=causal, block_n=const["BLOCK_N"],
                 num_buf=const["NUM_BUF"], maxnreg=options.get("maxnreg"),
+                warpgroups=const.get("NUM_WG", 2),
                 pv_overlap=bool(const.get("PV_OVERLAP", const.get("OVERLAP_PV"))),
                 registers=r["registers"], spill_bytes=r["spill_bytes"], shared=r["shared"],
                 serialized="C7514" in r["report"])
@@ -321,11 +327,12 @@ def _bench_ws(seqs: list[int], dims: list[int]) -> None:
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     sdpa = torch.nn.functional.scaled_dot_product_attention
-    print("| D | S | causal | launch (key tile, buffers, registers[, P V overlap]) | TFLOP/s "
+    print("| D | S | causal | launch (key tile, buffers, registers[, P V overlap][, 3 "
+          "warpgroups]) | TFLOP/s "
           "| of cuDNN "
           "| max err |\n|---|---|---|---|---|---|---|")
     for d in dims:
-        launches = [(None, None, None, None)] + [c[1:] for c in WS_CANDIDATES if c[0] == d]
+        launches = [(None,) * 5] + [c[1:] for c in WS_CANDIDATES if c[0] == d]
         for causal in (False, True):
             for s in seqs:
                 b, h = 16384 // s, 2048 // d
@@ -335,14 +342,15 @@ def _bench_ws(seqs: list[int], dims: list[int]) -> None:
                 ref = sdpa(q[:1].float(), k[:1].float(), v[:1].float(), is_causal=causal)
                 with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
                     cudnn = flops / time_ms(lambda: sdpa(q, k, v, is_causal=causal)) * 1e-9
-                for bn, nb, reg, overlap in launches:
+                for bn, nb, reg, overlap, wg in launches:
                     kw = dict(causal=causal, block_n=bn, num_buf=nb, maxnreg=reg,
-                              pv_overlap=overlap)
+                              pv_overlap=overlap, warpgroups=wg)
                     err = float((attention_gluon.forward(q[:1], k[:1], v[:1], **kw).float()
                                  - ref).abs().max())
                     tf = flops / time_ms(lambda: attention_gluon.forward(q, k, v, **kw)) * 1e-9
                     name = "shipped" if bn is None else (
-                        f"{bn}, {nb}, {reg}" + (", P V overlap" if overlap else ""))
+                        f"{bn}, {nb}, {reg}" + (", P V overlap" if overlap else "")
+                        + (f", {wg} warpgroups" if wg != 2 else ""))
                     print(f"| {d} | {s} | {'yes' if causal else 'no'} | {name} | {tf:.0f} | "
                           f"{tf / cudnn:.2f} | {err:.3g} |", flush=True)
 
@@ -366,11 +374,12 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     dims = [int(d) for d in args.dims.split(",")]
     if args.offline and args.ws_candidates:
-        for d, bn, nb, reg, overlap in (c for c in WS_CANDIDATES if c[0] in dims):
+        for d, bn, nb, reg, overlap, wg in (c for c in WS_CANDIDATES if c[0] in dims):
             r = compile_offline(d, False, bn, overlap_pv=overlap, ws=True, num_buf=nb,
-                                maxnreg=reg)
+                                maxnreg=reg, warpgroups=wg)
             print(json.dumps(r) if args.json else
-                  f"ws D={d} BLOCK_N={bn} buffers={nb} maxnreg={reg} P V overlap={overlap}: "
+                  f"ws D={d} BLOCK_N={bn} buffers={nb} maxnreg={reg} P V overlap={overlap} "
+                  f"warpgroups={wg}: "
                   f"{r['registers']} registers, {r['spill_bytes']} bytes spilled, "
                   f"{r['shared']:,} B shared, wgmma serialised: {r['serialized']}", flush=True)
     elif args.offline:

@@ -346,11 +346,12 @@ def test_the_gluon_candidate_compiles_without_spills_or_serialised_wgmma():
 
 
 def test_the_gluon_ws_launch_candidates_compile_without_spills():
-    # What --bench-ws times on a GPU: other key tiles and buffer counts, at 168 registers.
+    # What --bench-ws times on a GPU: other key tiles, buffer counts, register caps and
+    # three consumer warpgroups.
     g = _gluon_module()
     rows = _gluon_offline("--ws-candidates")
-    assert [(r["head_d"], r["block_n"], r["num_buf"], r["maxnreg"], r["pv_overlap"])
-            for r in rows] == [tuple(c) for c in g.WS_CANDIDATES]
+    assert [(r["head_d"], r["block_n"], r["num_buf"], r["maxnreg"], r["pv_overlap"],
+             r["warpgroups"]) for r in rows] == [tuple(c) for c in g.WS_CANDIDATES]
     for r in rows:  # P V left running through the softmax must not serialise the wgmma
         assert r["spill_bytes"] == 0 and not r["serialized"], r
         assert r["shared"] <= 227 * 1024, r
@@ -413,15 +414,19 @@ def test_gpu_gluon_ws_candidate_matches_oracle(dtype: Any, d: int, causal: bool,
 @pytest.mark.gpu
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_gpu_gluon_ws_launch_candidates_match_oracle(causal: bool):
-    # Before --bench-ws's numbers are believed: each candidate launch is correct.
+    # Before --bench-ws's numbers are believed: each candidate launch is correct (three
+    # warpgroups: 192-row blocks, so S = 1024 and 128 end in a block that passes S).
     g = _gluon_module()
-    for d, block_n, num_buf, maxnreg, overlap in g.WS_CANDIDATES:
-        q, k, v = _inputs((1, 2, 1024, d), (1, 2, 1024, d), torch.bfloat16, seed=d + block_n)
-        o = g.attention_gluon.forward(q * 8, k, v, causal=causal, block_n=block_n,
-                                      num_buf=num_buf, maxnreg=maxnreg, pv_overlap=overlap)
-        o_ref, _, o_tol, _ = _bounds(q * 8, k, v, torch.bfloat16, causal=causal)
-        err = np.abs(to_numpy(o).astype(np.float64) - o_ref)
-        assert np.all(err <= o_tol), (d, block_n, num_buf, maxnreg, overlap, float(err.max()))
+    for d, block_n, num_buf, maxnreg, overlap, wg in g.WS_CANDIDATES:
+        for seq in (1024, 128) if wg == 3 else (1024,):
+            q, k, v = _inputs((1, 2, seq, d), (1, 2, seq, d), torch.bfloat16, seed=d + block_n)
+            o = g.attention_gluon.forward(q * 8, k, v, causal=causal, block_n=block_n,
+                                          num_buf=num_buf, maxnreg=maxnreg, pv_overlap=overlap,
+                                          warpgroups=wg)
+            o_ref, _, o_tol, _ = _bounds(q * 8, k, v, torch.bfloat16, causal=causal)
+            err = np.abs(to_numpy(o).astype(np.float64) - o_ref)
+            assert np.all(err <= o_tol), (d, block_n, num_buf, maxnreg, overlap, wg, seq,
+                                          float(err.max()))
 
 
 # ---- the opt-in Gluon kernel (kernels/attention_gluon.py) behind attention() ----

@@ -81,8 +81,8 @@ def _ws_producer(smem, bars, ptrs, seq, start_m, n_tiles, WG: gl.constexpr,
                  ROWS: gl.constexpr, HEAD_D: gl.constexpr, BLOCK_N: gl.constexpr,
                  NUM_BUF: gl.constexpr, SMEM: gl.constexpr, S_LAYOUT: gl.constexpr,
                  O_LAYOUT: gl.constexpr, P_LAYOUT: gl.constexpr, CAUSAL: gl.constexpr,
-                 PV_OVERLAP: gl.constexpr):
-    """The load warp: Q of both warpgroups, then K and V of every key tile, by TMA."""
+                 PV_OVERLAP: gl.constexpr, NUM_WG: gl.constexpr):
+    """The load warp: Q of every consumer warpgroup, then K and V of every key tile, by TMA."""
     q_smem, k_smem, v_smem = smem
     q_bar, ready, empty, turn = bars
     q_ptr, k_ptr, v_ptr, o_ptr, base, qk_scale_log2 = ptrs
@@ -94,12 +94,13 @@ def _ws_producer(smem, bars, ptrs, seq, start_m, n_tiles, WG: gl.constexpr,
                                         [BLOCK_N, HEAD_D], SMEM)
     v_desc = tma.make_tensor_descriptor(v_ptr + base, [seq, HEAD_D], [HEAD_D, 1],
                                         [BLOCK_N, HEAD_D], SMEM)
-    mbarrier.expect(q_bar, 2 * q_desc.block_type.nbytes)
-    _tma_load(q_desc, [start_m, 0], q_bar, q_smem.index(0))
-    _tma_load(q_desc, [start_m + ROWS, 0], q_bar, q_smem.index(1))
+    # Rows past S (a last block of 3 x 64 rows) read as zeros: the descriptor ends at S.
+    mbarrier.expect(q_bar, NUM_WG * q_desc.block_type.nbytes)
+    for w in gl.static_range(NUM_WG):
+        _tma_load(q_desc, [start_m + w * ROWS, 0], q_bar, q_smem.index(w))
     for j in range(n_tiles):
         b = j % NUM_BUF
-        # Wait until both consumers released this buffer (its previous tile's P V is done).
+        # Wait until every consumer released this buffer (its previous tile's P V is done).
         # mbarriers start with phase 1 complete, so the first pass does not wait.
         mbarrier.wait(empty.index(b), ((j // NUM_BUF) & 1) ^ 1)
         mbarrier.expect(ready.index(b), k_desc.block_type.nbytes + v_desc.block_type.nbytes)
@@ -109,12 +110,12 @@ def _ws_producer(smem, bars, ptrs, seq, start_m, n_tiles, WG: gl.constexpr,
 
 @gluon.jit
 def _ws_step(j, q, k_smem, v_smem, ready, empty, turn, p_op, acc, m_i, l_i, zeros_s, offs_m,
-             qk_scale_log2, WG: gl.constexpr, BLOCK_N: gl.constexpr, NUM_BUF: gl.constexpr,
-             MASK: gl.constexpr, S_LAYOUT: gl.constexpr, O_LAYOUT: gl.constexpr,
-             P_LAYOUT: gl.constexpr, PV_OVERLAP: gl.constexpr):
+             qk_scale_log2, WG: gl.constexpr, NEXT: gl.constexpr, BLOCK_N: gl.constexpr,
+             NUM_BUF: gl.constexpr, MASK: gl.constexpr, S_LAYOUT: gl.constexpr,
+             O_LAYOUT: gl.constexpr, P_LAYOUT: gl.constexpr, PV_OVERLAP: gl.constexpr):
     """Turn j of a consumer warpgroup: tile j's scores and tile j - 1's P V on the tensor
-    cores, then tile j's softmax while the other warpgroup's matmuls run (``PV_OVERLAP``:
-    and while this warpgroup's own P V still runs)."""
+    cores, then tile j's softmax while the other warpgroups' matmuls run (``PV_OVERLAP``:
+    and while this warpgroup's own P V still runs). NEXT is the warpgroup whose turn follows."""
     b = j % NUM_BUF
     b_prev = (j - 1) % NUM_BUF
     mbarrier.wait(ready.index(b), (j // NUM_BUF) & 1)  # K and V of tile j landed
@@ -122,7 +123,7 @@ def _ws_step(j, q, k_smem, v_smem, ready, empty, turn, p_op, acc, m_i, l_i, zero
     s = warpgroup_mma(q, k_smem.index(b).permute((1, 0)), zeros_s, use_acc=False,
                       is_async=True)
     acc = warpgroup_mma(p_op, v_smem.index(b_prev), acc, is_async=True)
-    mbarrier.arrive(turn.index(1 - WG), count=1)  # the other warpgroup's turn
+    mbarrier.arrive(turn.index(NEXT), count=1)  # the next warpgroup's turn
     if PV_OVERLAP:
         # wgmma groups complete in order: one left outstanding is P V, the scores are done.
         s = warpgroup_mma_wait(1, deps=[s])
@@ -147,10 +148,11 @@ def _ws_consumer(smem, bars, ptrs, seq, start_m, n_tiles, WG: gl.constexpr,
                  ROWS: gl.constexpr, HEAD_D: gl.constexpr, BLOCK_N: gl.constexpr,
                  NUM_BUF: gl.constexpr, SMEM: gl.constexpr, S_LAYOUT: gl.constexpr,
                  O_LAYOUT: gl.constexpr, P_LAYOUT: gl.constexpr, CAUSAL: gl.constexpr,
-                 PV_OVERLAP: gl.constexpr):
-    """One warpgroup's ROWS query rows (WG 0 or 1): the online softmax over every key tile,
-    its matmuls issued in turn with the other warpgroup's. Each warpgroup takes n_tiles + 1
-    turns: tile 0's scores; tile j's scores with tile j - 1's P V; the last P V."""
+                 PV_OVERLAP: gl.constexpr, NUM_WG: gl.constexpr):
+    """One warpgroup's ROWS query rows (WG 0 .. NUM_WG - 1): the online softmax over every
+    key tile, its matmuls issued in turn with the other warpgroups'. Each warpgroup takes n_tiles + 1
+    turns: tile 0's scores; tile j's scores with tile j - 1's P V; the last P V. The
+    NUM_WG warpgroups take their turns round-robin."""
     q_smem, k_smem, v_smem = smem
     q_bar, ready, empty, turn = bars
     q_ptr, k_ptr, v_ptr, o_ptr, base, qk_scale_log2 = ptrs
@@ -161,6 +163,7 @@ def _ws_consumer(smem, bars, ptrs, seq, start_m, n_tiles, WG: gl.constexpr,
     l_i = gl.zeros([ROWS], gl.float32, gl.SliceLayout(1, S_LAYOUT))
     acc = gl.zeros([ROWS, HEAD_D], gl.float32, O_LAYOUT)
     q = q_smem.index(WG)
+    NEXT: gl.constexpr = (WG + 1) % NUM_WG  # whose turn follows mine
     mbarrier.wait(q_bar, 0)
 
     # Turn 0: tile 0's scores.
@@ -168,25 +171,29 @@ def _ws_consumer(smem, bars, ptrs, seq, start_m, n_tiles, WG: gl.constexpr,
     mbarrier.wait(turn.index(WG), 0)
     s = warpgroup_mma(q, k_smem.index(0).permute((1, 0)), zeros_s, use_acc=False,
                       is_async=True)
-    mbarrier.arrive(turn.index(1 - WG), count=1)  # the other warpgroup's turn
+    mbarrier.arrive(turn.index(NEXT), count=1)  # the next warpgroup's turn
     s = warpgroup_mma_wait(0, deps=[s])
     m_i = gl.full([ROWS], -float("inf"), gl.float32, gl.SliceLayout(1, S_LAYOUT))
     p, alpha, m_i, l_i = _softmax_tile(s, m_i, l_i, 0, offs_m, qk_scale_log2, BLOCK_N, CAUSAL,
                                        S_LAYOUT)
     p_op = gl.convert_layout(p.to(dtype), P_LAYOUT)
 
-    # Causal: the block's 2 * ROWS queries meet the diagonal in its last N_DIAG key tiles
-    # (one of 128 keys, two of 64); those are masked, the tiles before them lie below both
-    # warpgroups' diagonals and need no mask. Without causal, no tile is masked.
-    N_DIAG: gl.constexpr = (2 * ROWS) // BLOCK_N if CAUSAL else 1
+    # Causal: the block's NUM_WG * ROWS queries meet the diagonal in its last N_DIAG key
+    # tiles (128 queries: one tile of 128 keys, two of 64; 192 queries: three of 64, and
+    # with tiles of 128 keys one more than they span, as a block may start mid-tile); those
+    # are masked, the tiles before them lie below every warpgroup's diagonal and need no
+    # mask. Without causal, none is masked.
+    BLOCK_M: gl.constexpr = NUM_WG * ROWS
+    N_DIAG: gl.constexpr = ((BLOCK_M + BLOCK_N - 1) // BLOCK_N + ((BLOCK_M % BLOCK_N) > 0)
+                            if CAUSAL else 1)
     for j in range(1, n_tiles - N_DIAG):
         p_op, acc, m_i, l_i = _ws_step(j, q, k_smem, v_smem, ready, empty, turn, p_op, acc, m_i,
-                                       l_i, zeros_s, offs_m, qk_scale_log2, WG, BLOCK_N,
+                                       l_i, zeros_s, offs_m, qk_scale_log2, WG, NEXT, BLOCK_N,
                                        NUM_BUF, False, S_LAYOUT, O_LAYOUT, P_LAYOUT,
                                        PV_OVERLAP)
     for j in range(gl.maximum(n_tiles - N_DIAG, 1), n_tiles):
         p_op, acc, m_i, l_i = _ws_step(j, q, k_smem, v_smem, ready, empty, turn, p_op, acc, m_i,
-                                       l_i, zeros_s, offs_m, qk_scale_log2, WG, BLOCK_N,
+                                       l_i, zeros_s, offs_m, qk_scale_log2, WG, NEXT, BLOCK_N,
                                        NUM_BUF, CAUSAL, S_LAYOUT, O_LAYOUT, P_LAYOUT,
                                        PV_OVERLAP)
 
@@ -194,13 +201,17 @@ def _ws_consumer(smem, bars, ptrs, seq, start_m, n_tiles, WG: gl.constexpr,
     b_last = (n_tiles - 1) % NUM_BUF
     mbarrier.wait(turn.index(WG), n_tiles & 1)
     acc = warpgroup_mma(p_op, v_smem.index(b_last), acc, is_async=True)
-    mbarrier.arrive(turn.index(1 - WG), count=1)
+    mbarrier.arrive(turn.index(NEXT), count=1)
     acc = warpgroup_mma_wait(0, deps=[acc])
     mbarrier.arrive(empty.index(b_last), count=1)
     o = acc / gl.convert_layout(l_i, gl.SliceLayout(1, O_LAYOUT))[:, None]
     o_rows = row0 + gl.arange(0, ROWS, layout=gl.SliceLayout(1, O_LAYOUT))
     o_cols = gl.arange(0, HEAD_D, layout=gl.SliceLayout(0, O_LAYOUT))
-    gl.store(o_ptr + base + o_rows.to(gl.int64)[:, None] * HEAD_D + o_cols[None, :], o.to(dtype))
+    o_ptrs = o_ptr + base + o_rows.to(gl.int64)[:, None] * HEAD_D + o_cols[None, :]
+    if (NUM_WG * ROWS) % 128 == 0:  # S is a multiple of 128: every block is whole
+        gl.store(o_ptrs, o.to(dtype))
+    else:  # the last block may end past S
+        gl.store(o_ptrs, o.to(dtype), mask=(o_rows < seq)[:, None])
 
 
 @gluon.jit
@@ -208,62 +219,88 @@ def _attn_fwd_ws(q_ptr, k_ptr, v_ptr, o_ptr, seq, qk_scale_log2,
                  ROWS: gl.constexpr, HEAD_D: gl.constexpr, BLOCK_N: gl.constexpr,
                  NUM_BUF: gl.constexpr, SMEM: gl.constexpr, S_LAYOUT: gl.constexpr,
                  O_LAYOUT: gl.constexpr, P_LAYOUT: gl.constexpr, CAUSAL: gl.constexpr,
-                 PV_OVERLAP: gl.constexpr):
+                 PV_OVERLAP: gl.constexpr, NUM_WG: gl.constexpr):
     dtype: gl.constexpr = q_ptr.dtype.element_ty
     block = gl.program_id(0)
     if CAUSAL:  # the blocks with the most key tiles (the last queries) start first
         block = gl.num_programs(0) - 1 - block
-    start_m = block * (2 * ROWS)
+    start_m = block * (NUM_WG * ROWS)
     base = gl.program_id(1).to(gl.int64) * seq * HEAD_D  # this (batch, head): [S, D]
-    q_smem = gl.allocate_shared_memory(dtype, [2, ROWS, HEAD_D], SMEM)
+    q_smem = gl.allocate_shared_memory(dtype, [NUM_WG, ROWS, HEAD_D], SMEM)
     k_smem = gl.allocate_shared_memory(dtype, [NUM_BUF, BLOCK_N, HEAD_D], SMEM)
     v_smem = gl.allocate_shared_memory(dtype, [NUM_BUF, BLOCK_N, HEAD_D], SMEM)
     q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     ready = gl.allocate_shared_memory(gl.int64, [NUM_BUF, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [NUM_BUF, 1], mbarrier.MBarrierLayout())
-    turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())
+    turn = gl.allocate_shared_memory(gl.int64, [NUM_WG, 1], mbarrier.MBarrierLayout())
     mbarrier.init(q_bar, count=1)
     for i in gl.static_range(NUM_BUF):
         mbarrier.init(ready.index(i), count=1)  # the TMA transaction completes it
-        mbarrier.init(empty.index(i), count=2)  # both consumers release it
-    for i in gl.static_range(2):
+        mbarrier.init(empty.index(i), count=NUM_WG)  # every consumer releases it
+    for i in gl.static_range(NUM_WG):
         mbarrier.init(turn.index(i), count=1)
     mbarrier.arrive(turn.index(0), count=1)  # warpgroup 0 goes first
-    # Both warpgroups walk the same key tiles (causal: up to the block's last row; the tiles
-    # past warpgroup 0's diagonal are masked out for it), so their turns stay in step.
+    # Every warpgroup walks the same key tiles (causal: up to the block's last row; the tiles
+    # past a warpgroup's diagonal are masked out for it), so their turns stay in step.
     hi = seq
     if CAUSAL:
-        hi = gl.minimum(seq, start_m + 2 * ROWS)
+        hi = gl.minimum(seq, start_m + NUM_WG * ROWS)
     n_tiles = gl.cdiv(hi, BLOCK_N)
     smem = (q_smem, k_smem, v_smem)
     bars = (q_bar, ready, empty, turn)
     ptrs = (q_ptr, k_ptr, v_ptr, o_ptr, base, qk_scale_log2)
     # One signature for every partition: (shared buffers, barriers, pointers, scalars, which
     # warpgroup, constants); the default partition is consumer 0.
-    gl.warp_specialize([
-        (_ws_consumer, (smem, bars, ptrs, seq, start_m, n_tiles, 0, ROWS, HEAD_D, BLOCK_N,
-                        NUM_BUF, SMEM, S_LAYOUT, O_LAYOUT, P_LAYOUT, CAUSAL, PV_OVERLAP)),
-        (_ws_consumer, (smem, bars, ptrs, seq, start_m, n_tiles, 1, ROWS, HEAD_D, BLOCK_N,
-                        NUM_BUF, SMEM, S_LAYOUT, O_LAYOUT, P_LAYOUT, CAUSAL, PV_OVERLAP)),
-        (_ws_producer, (smem, bars, ptrs, seq, start_m, n_tiles, 0, ROWS, HEAD_D, BLOCK_N,
-                        NUM_BUF, SMEM, S_LAYOUT, O_LAYOUT, P_LAYOUT, CAUSAL, PV_OVERLAP)),
-    ], [4, 1], [240, 24])
+    if NUM_WG == 2:
+        gl.warp_specialize([
+            (_ws_consumer, (smem, bars, ptrs, seq, start_m, n_tiles, 0, ROWS, HEAD_D, BLOCK_N,
+                            NUM_BUF, SMEM, S_LAYOUT, O_LAYOUT, P_LAYOUT, CAUSAL, PV_OVERLAP,
+                            NUM_WG)),
+            (_ws_consumer, (smem, bars, ptrs, seq, start_m, n_tiles, 1, ROWS, HEAD_D, BLOCK_N,
+                            NUM_BUF, SMEM, S_LAYOUT, O_LAYOUT, P_LAYOUT, CAUSAL, PV_OVERLAP,
+                            NUM_WG)),
+            (_ws_producer, (smem, bars, ptrs, seq, start_m, n_tiles, 0, ROWS, HEAD_D, BLOCK_N,
+                            NUM_BUF, SMEM, S_LAYOUT, O_LAYOUT, P_LAYOUT, CAUSAL, PV_OVERLAP,
+                            NUM_WG)),
+        ], [4, 1], [240, 24])
+    else:  # three consumers (192 query rows): FlashAttention-3's shape for D = 64
+        gl.warp_specialize([
+            (_ws_consumer, (smem, bars, ptrs, seq, start_m, n_tiles, 0, ROWS, HEAD_D, BLOCK_N,
+                            NUM_BUF, SMEM, S_LAYOUT, O_LAYOUT, P_LAYOUT, CAUSAL, PV_OVERLAP,
+                            NUM_WG)),
+            (_ws_consumer, (smem, bars, ptrs, seq, start_m, n_tiles, 1, ROWS, HEAD_D, BLOCK_N,
+                            NUM_BUF, SMEM, S_LAYOUT, O_LAYOUT, P_LAYOUT, CAUSAL, PV_OVERLAP,
+                            NUM_WG)),
+            (_ws_consumer, (smem, bars, ptrs, seq, start_m, n_tiles, 2, ROWS, HEAD_D, BLOCK_N,
+                            NUM_BUF, SMEM, S_LAYOUT, O_LAYOUT, P_LAYOUT, CAUSAL, PV_OVERLAP,
+                            NUM_WG)),
+            (_ws_producer, (smem, bars, ptrs, seq, start_m, n_tiles, 0, ROWS, HEAD_D, BLOCK_N,
+                            NUM_BUF, SMEM, S_LAYOUT, O_LAYOUT, P_LAYOUT, CAUSAL, PV_OVERLAP,
+                            NUM_WG)),
+        ], [4, 4, 1], [160, 160, 24])
 
 
 def _ws_constexprs(head_d: int, block_n: int, causal: bool, num_buf: int = WS_NUM_BUF,
-                   pv_overlap: bool = False) -> dict[str, Any]:
-    """The warp-specialized kernel's compile-time arguments (4-warp consumer layouts)."""
+                   pv_overlap: bool = False, warpgroups: int = 2) -> dict[str, Any]:
+    """The warp-specialized kernel's compile-time arguments (4-warp consumer layouts;
+    ``warpgroups`` consumers of 64 query rows each, 2 or 3)."""
     o_layout = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                          instr_shape=[16, head_d, 16])
     return dict(
         ROWS=WS_ROWS, HEAD_D=head_d, BLOCK_N=block_n, NUM_BUF=num_buf, CAUSAL=causal,
-        PV_OVERLAP=pv_overlap,
+        PV_OVERLAP=pv_overlap, NUM_WG=warpgroups,
         SMEM=gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2),
         S_LAYOUT=gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                            instr_shape=[16, block_n, 16]),
         O_LAYOUT=o_layout,
         P_LAYOUT=gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2),
     )
+
+
+def _ws_maxnreg(warpgroups: int) -> int:
+    """Registers per thread that fit one program per SM: the 64k over the consumer warpgroups
+    and the producer's (a warpgroup's worth), 168 for two consumers, 128 for three."""
+    return WS_MAXNREG if warpgroups == 2 else 128
 
 
 def _ws_pv_overlap(head_d: int) -> bool:
@@ -325,14 +362,16 @@ def pays(q: Any, causal: bool = False) -> bool:
 
 def forward(q: Any, k: Any, v: Any, *, causal: bool = False, scale: float | None = None,
             block_n: int | None = None, num_buf: int | None = None,
-            maxnreg: int | None = None, pv_overlap: bool | None = None) -> Any:
+            maxnreg: int | None = None, pv_overlap: bool | None = None,
+            warpgroups: int | None = None) -> Any:
     """softmax(q k^T * scale) v for inputs :func:`fits` accepts (it raises ValueError with the
     reason otherwise); causal hides keys after the query (Sq == Sk: both alignments agree).
     ``block_n`` (key tile), ``num_buf`` (K/V buffers), ``maxnreg`` (registers per thread;
     the SM's 64k over 12 warps, 168, runs one program per SM) and ``pv_overlap`` (a
     warpgroup's P V left running through its own softmax: FlashAttention-3's intra-warpgroup
-    overlap, on at D = 128) override the measured launch (for the bench's candidates:
-    ``bench/gluon_attention.py --bench-ws``).
+    overlap, on at D = 128) and ``warpgroups`` (consumers of 64 query rows: 2, or 3 as
+    FlashAttention-3 runs D = 64, 128 registers each, untimed) override the measured launch
+    (for the bench's candidates: ``bench/gluon_attention.py --bench-ws``).
 
     >>> o = forward(q, k, v, causal=True)  # doctest: +SKIP
     """
@@ -342,16 +381,19 @@ def forward(q: Any, k: Any, v: Any, *, causal: bool = False, scale: float | None
     if why is not None:
         raise ValueError(f"the Gluon attention kernel needs {why}")
     b, h, s, d = q.shape
+    wg = warpgroups or 2
+    if wg not in (2, 3):
+        raise ValueError(f"warpgroups={warpgroups} is not supported; use 2 or 3")
     q, k, v = (t.contiguous() for t in (q, k, v))
     o = torch.empty_like(q)
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
     _use_torch_allocator()
     with torch.cuda.device(q.device):
-        _attn_fwd_ws[(s // WS_BLOCK_M, b * h)](
+        _attn_fwd_ws[(-(-s // (WS_ROWS * wg)), b * h)](  # blocks of 64 x wg query rows
             q, k, v, o, s, scale * 1.4426950408889634,  # log2(e)
             **_ws_constexprs(d, block_n or _ws_block_n(d), bool(causal), num_buf or WS_NUM_BUF,
-                             _ws_pv_overlap(d) if pv_overlap is None else bool(pv_overlap)),
-            num_warps=4, maxnreg=maxnreg or WS_MAXNREG)
+                             _ws_pv_overlap(d) if pv_overlap is None else bool(pv_overlap), wg),
+            num_warps=4, maxnreg=maxnreg or _ws_maxnreg(wg))
     return o
 
 
