@@ -501,6 +501,30 @@ def test_a_gluon_kernel_that_fails_leaves_the_call_to_the_triton_kernel(monkeypa
     assert module._gluon_forward(*call) is None
 
 
+def test_the_gluon_kernel_keeps_an_allocator_the_caller_set():
+    import contextvars
+
+    import triton
+    from triton.runtime import _allocation
+
+    ag = _gluon_kernel_module()
+
+    def allocator_after(caller: Any) -> Any:
+        def run() -> Any:
+            if caller is not None:
+                triton.set_allocator(caller)
+            ag._use_torch_allocator()
+            return _allocation._allocator.get()
+        return contextvars.copy_context().run(run)  # a fresh context each time
+
+    def mine(size: int, alignment: int, stream: Any) -> Any:
+        return torch.empty(size, dtype=torch.int8)
+
+    assert allocator_after(mine) is mine  # the caller's stays
+    ours = allocator_after(None)  # none set: torch's, not Triton's "no allocator" default
+    assert not isinstance(ours, _allocation.NullAllocator) and ours is not mine
+
+
 @pytest.mark.parametrize("env, on", [(None, True), ("0", False), ("off", False), ("1", True)])
 def test_the_gluon_kernel_is_on_unless_the_environment_turns_it_off(env, on):
     code = "import onlinesm.kernels.attention as a; print(a._gluon_on)"

@@ -399,11 +399,17 @@ def forward(q: Any, k: Any, v: Any, *, causal: bool = False, scale: float | None
 
 def _use_torch_allocator() -> None:
     """TMA descriptors made on the device live in global scratch that Triton asks an
-    allocator for: torch's CUDA caching allocator. Set on every call: Triton keeps it in a
-    context variable, so one set in another thread (onlinesm check runs kernels in a worker
-    thread) is not seen here."""
+    allocator for: torch's CUDA caching allocator, unless the caller set one (kept: it is
+    theirs). Checked on every call: Triton keeps it in a context variable, so one set in
+    another thread (onlinesm check runs kernels in a worker thread) is not seen here."""
     import torch
     import triton
 
+    try:  # triton's own record of the allocator in this context
+        from triton.runtime._allocation import NullAllocator, _allocator
+        if not isinstance(_allocator.get(), NullAllocator):
+            return
+    except ImportError:
+        pass
     triton.set_allocator(lambda size, alignment, stream: torch.empty(
         size, dtype=torch.int8, device="cuda"))
