@@ -38,6 +38,10 @@ CASES: dict[str, tuple[str, str]] = {
                             "softmax"),
     "attention_bf16_d128_s4096": ("attention forward, bf16, B=4 H=16 S=4096 D=128, not causal "
                                   "(0.72 of cuDNN)", "attn"),
+    "attention_gluon_bf16_d64_s4096": ("the Gluon kernel, bf16, B=4 H=32 S=4096 D=64, not causal "
+                                       "(0.84-0.92 of cuDNN)", "_attn_fwd_ws"),
+    "attention_gluon_bf16_d64_s4096_wg3": ("as attention_gluon_bf16_d64_s4096, three consumer "
+                                           "warpgroups (untimed)", "_attn_fwd_ws"),
 }
 
 #: case-name suffix -> the softmax tuning it adds
@@ -59,6 +63,13 @@ def _case(name: str) -> Callable[[], Any]:
         n, tuning = int(n_text), VARIANTS[variant[0]] if variant else None
         x = torch.randn(int(0.5e9 / (n * 2)), n, device="cuda", dtype=torch.bfloat16)
         return lambda: kernels.softmax(x, tuning=tuning)
+    if name.startswith("attention_gluon"):  # the kernel itself, not attention()'s routing
+        from onlinesm.kernels import attention_gluon
+
+        q, k, v = (torch.randn(4, 32, 4096, 64, device="cuda", dtype=torch.bfloat16)
+                   for _ in range(3))
+        warpgroups = 3 if name.endswith("_wg3") else 2
+        return lambda: attention_gluon.forward(q, k, v, warpgroups=warpgroups)
     os.environ.setdefault("ONLINESM_ATTENTION_CONFIG", "64,64,3,4")
     q, k, v = (torch.randn(4, 16, 4096, 128, device="cuda", dtype=torch.bfloat16) for _ in range(3))
     return lambda: kernels.attention(q, k, v)
