@@ -137,9 +137,13 @@ def run_bench(
                     ms = time_ms(lambda: attn_fn(q, k, v, causal=causal))
                     row["onlinesm"] = f / ms * 1e-9
                     cfg = getattr(mod._attn_fwd_tuned, "best_config", None)
-                    row["config"] = "" if cfg is None else (
-                        f"{cfg.kwargs['BLOCK_M']}x{cfg.kwargs['BLOCK_N']} "
-                        f"s{cfg.num_stages} w{cfg.num_warps}")
+                    if mod.gluon_takes(q, k, v, causal=causal):  # not the Triton kernel
+                        row["config"] = "Gluon ws"
+                    elif cfg is None:
+                        row["config"] = ""
+                    else:
+                        row["config"] = (f"{cfg.kwargs['BLOCK_M']}x{cfg.kwargs['BLOCK_N']} "
+                                         f"s{cfg.num_stages} w{cfg.num_warps}")
                     if tiles:
                         ms, best = _time_pinned(tiles, lambda: attn_fn(q, k, v, causal=causal))
                         row["pinned"], row["pinned_tiles"] = f / ms * 1e-9, best

@@ -488,22 +488,41 @@ def test_a_gluon_kernel_that_fails_leaves_the_call_to_the_triton_kernel(monkeypa
                                  forward=broken)
     monkeypatch.setattr(module, "_gluon_module", lambda: stub)
     monkeypatch.setattr(module, "_gluon_on", True)
+    monkeypatch.setattr(module, "INTERPRETED", False)
+    monkeypatch.delenv("ONLINESM_ATTENTION_CONFIG")
     q = torch.zeros(1, 1, 128, 128, dtype=torch.bfloat16)
-    call = (q, q, q, None, False, 0.1, False)
+    assert module.gluon_takes(q, q, q)
     with pytest.warns(RuntimeWarning, match=r"the Gluon attention kernel failed \(RuntimeError: "
                       r"PassManager::run failed\) .*ONLINESM_ATTENTION_GLUON=0"):
-        assert module._gluon_forward(*call) is None
-    assert not module._gluon_on  # off for the rest of the process
+        assert module._gluon_forward(q, q, q, False, 0.1) is None
+    assert not module._gluon_on and not module.gluon_takes(q, q, q)  # off from now on
 
     def out_of_memory(*a: Any, **kw: Any) -> Any:
         raise torch.cuda.OutOfMemoryError("CUDA out of memory")
 
     stub.forward = out_of_memory
     with pytest.raises(torch.cuda.OutOfMemoryError):  # out of memory is the caller's to see
-        module._gluon_forward(*call)
-    stub.forward = lambda *a, **kw: pytest.fail("a call it does not pay on reached the kernel")
-    stub.pays = lambda q, causal: False
-    assert module._gluon_forward(*call) is None
+        module._gluon_forward(q, q, q, False, 0.1)
+
+
+def test_gluon_takes_what_it_covers_and_pays_on_and_nothing_while_tiles_are_pinned(monkeypatch):
+    module = sys.modules["onlinesm.kernels.attention"]
+    stub = types.SimpleNamespace(
+        pays=lambda q, causal: causal,
+        fits=lambda q, k, v, mask, return_lse: None if mask is None else "no mask (got one)")
+    monkeypatch.setattr(module, "_gluon_module", lambda: stub)
+    monkeypatch.setattr(module, "_gluon_on", True)
+    monkeypatch.setattr(module, "INTERPRETED", False)
+    monkeypatch.delenv("ONLINESM_ATTENTION_CONFIG")
+    q = torch.zeros(1, 1, 128, 64, dtype=torch.bfloat16)
+    assert module.gluon_takes(q, q, q, causal=True)
+    assert not module.gluon_takes(q, q, q)  # it does not pay
+    assert not module.gluon_takes(q, q, q, causal=True, mask=torch.ones(128, 128, dtype=bool))
+    monkeypatch.setenv("ONLINESM_ATTENTION_CONFIG", "128,64,3,8")  # Triton tiles pinned
+    assert not module.gluon_takes(q, q, q, causal=True)
+    monkeypatch.delenv("ONLINESM_ATTENTION_CONFIG")
+    monkeypatch.setattr(module, "INTERPRETED", True)  # the interpreter runs no Gluon
+    assert not module.gluon_takes(q, q, q, causal=True)
 
 
 def test_the_gluon_kernel_keeps_an_allocator_the_caller_set():

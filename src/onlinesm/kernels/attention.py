@@ -86,6 +86,7 @@ __all__ = [
     "launch_config",
     "GLUON_ENV",
     "use_gluon",
+    "gluon_takes",
 ]
 
 #: The exp's accuracy class: ``tl.math.exp2`` (hardware ex2.approx on the GPU).
@@ -165,20 +166,30 @@ def _gluon_module() -> Any:
     return attention_gluon
 
 
-def _gluon_forward(q: Any, k: Any, v: Any, mask: Any, causal: bool, scale: float,
-                   return_lse: bool) -> Any:
-    """The Gluon kernel's o for a call it covers and pays on, else None (this module's kernel
-    runs it). Gluon is an experimental dialect: should a triton fail to compile or launch the
-    kernel, this warns once, with the error and how to silence it, turns the Gluon kernel
-    off for the process and leaves the call to this module's kernel, so nothing is lost. Out
-    of memory is the caller's to see."""
-    global _gluon_on
+def gluon_takes(q: Any, k: Any, v: Any, *, mask: Any = None, causal: bool = False,
+                return_lse: bool = False) -> bool:
+    """Whether :func:`attention` runs this call on the Gluon kernel: it is on, the compiled
+    path runs (not the interpreter), no Triton tile config is pinned, and the kernel covers
+    the call (``attention_gluon.fits``) and is the faster one there (``attention_gluon.pays``).
+
+    >>> gluon_takes(q, k, v, causal=True)  # doctest: +SKIP
+    True
+    """
+    if not _gluon_on or INTERPRETED or os.environ.get(CONFIG_ENV, "").strip():
+        return False
     gluon = _gluon_module()
-    if (gluon is None or not gluon.pays(q, causal)
-            or gluon.fits(q, k, v, mask=mask, return_lse=return_lse) is not None):
-        return None
+    return (gluon is not None and gluon.pays(q, causal)
+            and gluon.fits(q, k, v, mask=mask, return_lse=return_lse) is None)
+
+
+def _gluon_forward(q: Any, k: Any, v: Any, causal: bool, scale: float) -> Any:
+    """The Gluon kernel's o for a call :func:`gluon_takes`, or None: Gluon is an experimental
+    dialect, and should a triton fail to compile or launch the kernel, this warns once, with
+    the error and how to silence it, turns the Gluon kernel off for the process and leaves the
+    call to this module's kernel, so nothing is lost. Out of memory is the caller's to see."""
+    global _gluon_on
     try:
-        return gluon.forward(q, k, v, causal=causal, scale=scale)
+        return _gluon_module().forward(q, k, v, causal=causal, scale=scale)
     except torch.cuda.OutOfMemoryError:
         raise
     except Exception as e:  # noqa: BLE001: any failure of the dialect; the Triton kernel runs
@@ -700,8 +711,8 @@ def attention(
         raise ValueError(f"scale={scale} is not finite; pass a finite float (default 1/sqrt(D))")
 
     # The Gluon kernel where it covers the call and pays, unless a Triton tile config is pinned.
-    if _gluon_on and not interpret and not os.environ.get(CONFIG_ENV, "").strip():
-        o = _gluon_forward(q, k, v, mask, causal, scale, return_lse)
+    if not interpret and gluon_takes(q, k, v, mask=mask, causal=causal, return_lse=return_lse):
+        o = _gluon_forward(q, k, v, causal, scale)
         if o is not None:
             return o
 
