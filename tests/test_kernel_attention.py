@@ -516,6 +516,7 @@ def test_gluon_takes_what_it_covers_and_pays_on_and_nothing_while_tiles_are_pinn
     monkeypatch.delenv("ONLINESM_ATTENTION_CONFIG")
     q = torch.zeros(1, 1, 128, 64, dtype=torch.bfloat16)
     assert module.gluon_takes(q, q, q, causal=True)
+    assert kernels.gluon_takes(q, q, q, causal=True)  # the package's name for it
     assert not module.gluon_takes(q, q, q)  # it does not pay
     assert not module.gluon_takes(q, q, q, causal=True, mask=torch.ones(128, 128, dtype=bool))
     monkeypatch.setenv("ONLINESM_ATTENTION_CONFIG", "128,64,3,8")  # Triton tiles pinned

@@ -38,6 +38,7 @@ __all__ = [
     "softmax",
     "attention",
     "use_gluon",
+    "gluon_takes",
     "PIN_ENV",
     "configs_pinned",
     "pinned_configs",
@@ -134,6 +135,18 @@ def use_gluon(on: bool = True) -> bool:
     False
     """
     return _kernel_module("attention").use_gluon(on)
+
+
+def gluon_takes(q: Any, k: Any, v: Any, *, mask: Any = None, causal: bool = False,
+                return_lse: bool = False) -> bool:
+    """Whether ``attention(q, k, v, ...)`` runs on the Gluon kernel for Hopper (see
+    :func:`use_gluon`) or on the Triton kernel.
+
+    >>> gluon_takes(q, k, v, causal=True)  # doctest: +SKIP
+    True
+    """
+    return _kernel_module("attention").gluon_takes(q, k, v, mask=mask, causal=causal,
+                                                   return_lse=return_lse)
 
 
 def __getattr__(name: str) -> Any:
