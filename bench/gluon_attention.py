@@ -355,6 +355,13 @@ def _bench_ws(seqs: list[int], dims: list[int]) -> None:
                           f"{tf / cudnn:.2f} | {err:.3g} |", flush=True)
 
 
+def _print_compiled(r: dict[str, Any], label: str, as_json: bool) -> None:
+    """One line of --offline's output: ``compile_offline``'s result, as JSON or as text."""
+    print(json.dumps(r) if as_json else
+          f"{label}: {r['registers']} registers, {r['spill_bytes']} bytes spilled, "
+          f"{r['shared']:,} B shared, wgmma serialised: {r['serialized']}", flush=True)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--offline", action="store_true",
@@ -377,20 +384,14 @@ def main(argv: list[str] | None = None) -> int:
         for d, bn, nb, reg, overlap, wg in (c for c in WS_CANDIDATES if c[0] in dims):
             r = compile_offline(d, False, bn, overlap_pv=overlap, ws=True, num_buf=nb,
                                 maxnreg=reg, warpgroups=wg)
-            print(json.dumps(r) if args.json else
-                  f"ws D={d} BLOCK_N={bn} buffers={nb} maxnreg={reg} P V overlap={overlap} "
-                  f"warpgroups={wg}: "
-                  f"{r['registers']} registers, {r['spill_bytes']} bytes spilled, "
-                  f"{r['shared']:,} B shared, wgmma serialised: {r['serialized']}", flush=True)
+            _print_compiled(r, f"ws D={d} BLOCK_N={bn} buffers={nb} maxnreg={reg} "
+                               f"P V overlap={overlap} warpgroups={wg}", args.json)
     elif args.offline:
         for d in dims:
             for causal in (False, True):
                 r = compile_offline(d, causal, overlap_pv=args.overlap_pv or None, ws=args.ws)
-                print(json.dumps(r) if args.json else
-                      f"{'ws ' if args.ws else ''}D={d} causal={causal} BLOCK_N={r['block_n']}: "
-                      f"{r['registers']} registers, "
-                      f"{r['spill_bytes']} bytes spilled, {r['shared']:,} B shared, "
-                      f"wgmma serialised: {r['serialized']}", flush=True)
+                _print_compiled(r, f"{'ws ' if args.ws else ''}D={d} causal={causal} "
+                                   f"BLOCK_N={r['block_n']}", args.json)
     if args.bench:
         _bench([int(s) for s in args.seqs.split(",")], dims)
     if args.bench_ws:

@@ -711,7 +711,7 @@ def attention(
         raise ValueError(f"scale={scale} is not finite; pass a finite float (default 1/sqrt(D))")
 
     # The Gluon kernel where it covers the call and pays, unless a Triton tile config is pinned.
-    if not interpret and gluon_takes(q, k, v, mask=mask, causal=causal, return_lse=return_lse):
+    if gluon_takes(q, k, v, mask=mask, causal=causal, return_lse=return_lse):
         o = _gluon_forward(q, k, v, causal, scale)
         if o is not None:
             return o
