@@ -221,26 +221,27 @@ def attention_ws(q: Any, k: Any, v: Any, *, mask: Any = None, causal: bool = Fal
 #: Launches of the warp-specialized kernel to time beside the shipped one (--bench-ws), as
 #: (D, key tile, K/V buffers, registers per thread, P V overlapping the warpgroup's own
 #: softmax, consumer warpgroups), all spill-free under triton 3.6 and 3.9 (--offline
-#: --ws-candidates). Three consumers (192 query rows, 128 registers) are FlashAttention-3's
-#: shape for D = 64, where two stay below cuDNN. Timed and dropped (ninth round,
+#: --ws-candidates). Three consumers (192 query rows, 128 registers), FlashAttention-3's
+#: shape for D = 64, are the launch there since the tenth round (two, kept here, ran 5-12%
+#: slower). Timed and dropped (ninth round,
 #: reports/h200/bench_attention.md): key tiles of 64 and two buffers with two consumers
 #: (8-20% slower), four buffers at D = 64 (no gain). Two programs per SM do not fit: at 80
 #: registers D = 64 spills 2.9-3.5 KB with key tiles of 64, and ptxas refuses tiles of 128.
 WS_CANDIDATES = (
     (128, 128, 3, 168, False, 2), (64, 128, 3, 168, True, 2),
-    (64, 128, 3, 128, False, 3), (64, 128, 3, 128, True, 3), (64, 64, 4, 128, False, 3),
+    (64, 128, 3, 168, False, 2), (64, 128, 3, 128, True, 3), (64, 64, 4, 128, False, 3),
     (128, 64, 2, 128, False, 3),
 )
 
 
 def compile_offline(head_d: int, causal: bool, block_n: int | None = None,
                     overlap_pv: bool | None = None, ws: bool = False, num_buf: int | None = None,
-                    maxnreg: int | None = None, warpgroups: int = 2) -> dict[str, Any]:
+                    maxnreg: int | None = None, warpgroups: int | None = None) -> dict[str, Any]:
     """Compile for sm_90a without a GPU; ``{"registers", "spill_bytes", "shared",
     "serialized"}`` from ``ptxas -v`` (serialized: ptxas's C7514, wgmma run one by one).
     ``ws``: the warp-specialized kernel (``num_buf``, ``maxnreg`` and ``overlap_pv``, its
     ``pv_overlap``: as its ``forward``, None the shipped launch's; ``warpgroups``: its
-    consumers, 2 or 3)."""
+    consumers, 2 or 3, None the shipped launch's)."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
@@ -248,6 +249,7 @@ def compile_offline(head_d: int, causal: bool, block_n: int | None = None,
     ag = attention_gluon
     fn = ag._attn_fwd_ws if ws else _attn_fwd_gluon
     if ws:
+        warpgroups = warpgroups or ag._ws_warpgroups(head_d)
         const = ag._ws_constexprs(head_d, block_n or ag._ws_block_n(head_d), causal,
                                   num_buf or ag.WS_NUM_BUF,
                                   ag._ws_pv_overlap(head_d) if overlap_pv is None else overlap_pv,

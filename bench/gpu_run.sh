@@ -18,8 +18,8 @@
 #         gluon: the Gluon attention candidates (bench/gluon_attention.py): their GPU tests
 #         (GLUON_TEST_S the limit), their bench against SDPA and onlinesm, and `onlinesm
 #         check` on each; gluon_check: `onlinesm check` of onlinesm.kernels:attention on the
-#         calls the Gluon kernel takes (D = 128, S = 4096; ~450 s); gluon_tune: the
-#         warp-specialized kernel's launch candidates
+#         calls the Gluon kernel takes (S = 4096, D = GLUON_CHECK_D, 128 by default; ~450 s);
+#         gluon_tune: the warp-specialized kernel's launch candidates
 #         (bench/gluon_attention.py --bench-ws; GLUON_TUNE_ARGS e.g. "--seqs 4096 --dims 64");
 #         ncu: Nsight Compute on the launches that miss their speed targets (bench/ncu_targets.py;
 #         NCU_CASES: an extended regex of the cases to run, all by default).
@@ -113,11 +113,11 @@ for phase in "$@"; do
         echo "== onlinesm check of gluon $fn: rc=$? $((SECONDS - start)) s"; head -1 "$OUT/gluon_check_$fn.txt"; tail -2 "$OUT/gluon_check_$fn.txt"
       done ;;
     gluon_check)
-      # The built-in attention on the calls the Gluon kernel takes (D = 128, S >= 4096, no
-      # mask, Sq == Sk): the property suite through attention().
+      # The built-in attention on the calls the Gluon kernel takes (S >= 4096, no mask,
+      # Sq == Sk; D = 64 causal only from 16k): the property suite through attention().
       # Its oracle is float64 on the CPU: about 450 s for the two dtypes.
       ( cd /tmp && timeout 540 python3 -m onlinesm check onlinesm.kernels:attention --op attention \
-          --dtypes bfloat16,float16 --head-dims 128 --seq-multiple 128 --same-seq --no-mask \
+          --dtypes bfloat16,float16 --head-dims ${GLUON_CHECK_D:-128} --seq-multiple 128 --same-seq --no-mask \
           --min-seq-q 4096 --max-seq-q 4096 --min-seq-k 4096 --max-seq-k 4096 --max-examples 2 --seed 0 -q ) > "$OUT/gluon_check_builtin.txt" 2>&1
       echo "== onlinesm check of onlinesm.kernels:attention (the Gluon kernel on): rc=$? $((SECONDS - start)) s"; head -1 "$OUT/gluon_check_builtin.txt"; tail -2 "$OUT/gluon_check_builtin.txt" ;;
     gluon_tune)

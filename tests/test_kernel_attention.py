@@ -339,6 +339,7 @@ def test_the_gluon_candidate_compiles_without_spills_or_serialised_wgmma():
     assert len(rows) == 4  # D = 64 and 128, causal and not
     ws = _gluon_offline("--ws")  # warp-specialized: 12 warps at 168 registers fill the SM
     assert len(ws) == 4 and all(r["block_n"] == 128 for r in ws)
+    assert [r["warpgroups"] for r in ws if r["head_d"] == 64] == [3, 3]  # D = 64: 3 consumers
     for r in rows + ws:
         assert r["spill_bytes"] == 0 and not r["serialized"], r
         assert r["registers"] <= 255 and r["shared"] <= 227 * 1024, r
@@ -446,12 +447,14 @@ def test_the_gluon_kernel_says_why_a_call_is_not_its_own():
     assert "D of 64 or 128" in ag.fits(*(torch.zeros(1, 2, 128, 96, dtype=torch.bfloat16),) * 3)
     assert "CUDA" in ag.fits(q, q, q)
     assert "non-empty" in ag.fits(*(q[:0],) * 3)
-    # where it pays (measured on the H200): D = 128 and S >= 4096; D = 64 causal, S >= 16k
-    assert ag.pays(torch.zeros(1, 1, 4096, 128)) and not ag.pays(torch.zeros(1, 1, 4096, 64))
-    assert not ag.pays(torch.zeros(1, 1, 2048, 128))
+    # where it pays (measured on the H200): S >= 4096, except D = 64 causal: S >= 16k
+    assert ag.pays(torch.zeros(1, 1, 4096, 128)) and ag.pays(torch.zeros(1, 1, 4096, 64))
+    assert ag.pays(torch.zeros(1, 1, 4096, 128), causal=True)
+    assert not ag.pays(torch.zeros(1, 1, 2048, 128)) and not ag.pays(torch.zeros(1, 1, 2048, 64))
     assert ag.pays(torch.zeros(1, 1, 16384, 64), causal=True)
-    assert not ag.pays(torch.zeros(1, 1, 16384, 64))
     assert not ag.pays(torch.zeros(1, 1, 8192, 64), causal=True)
+    # the launch: three consumer warpgroups at D = 64, two at D = 128
+    assert (ag._ws_warpgroups(64), ag._ws_warpgroups(128)) == (3, 2)
     with pytest.raises(ValueError, match="the Gluon attention kernel needs q, k, v of one shape"):
         ag.forward(q[:, :, :100], q, q)
 
@@ -564,7 +567,8 @@ def test_the_gluon_kernel_is_on_unless_the_environment_turns_it_off(env, on):
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bfloat16", "float16"])
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
-def test_gpu_use_gluon_runs_the_calls_it_covers(dtype: Any, causal: bool, monkeypatch):
+@pytest.mark.parametrize("d", [64, 128])
+def test_gpu_use_gluon_runs_the_calls_it_covers(dtype: Any, causal: bool, d: int, monkeypatch):
     ag = _gluon_kernel_module()
     calls = []
     forward = ag.forward
@@ -573,7 +577,9 @@ def test_gpu_use_gluon_runs_the_calls_it_covers(dtype: Any, causal: bool, monkey
     monkeypatch.delenv("ONLINESM_ATTENTION_CONFIG")  # this file pins Triton tiles: unpin
     try:
         assert kernels.use_gluon(True)
-        q, k, v = _inputs((1, 2, 4096, 128), (1, 2, 4096, 128), dtype, seed=7)
+        seq = 16384 if d == 64 and causal else 4096  # D = 64 causal pays from 16k
+        shape = (1, 2 if seq == 4096 else 1, seq, d)
+        q, k, v = _inputs(shape, shape, dtype, seed=7)
         o = attention(q * 8, k, v, causal=causal)
         assert calls == [1]
         o_ref, _, o_tol, _ = _bounds(q * 8, k, v, dtype, causal=causal)

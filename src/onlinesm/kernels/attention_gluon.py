@@ -310,6 +310,14 @@ def _ws_pv_overlap(head_d: int) -> bool:
     return head_d == 128
 
 
+def _ws_warpgroups(head_d: int) -> int:
+    """Consumer warpgroups of the shipped launch: three at D = 64 (192-row blocks, as
+    FlashAttention-3 runs it; on the H200, bf16, of cuDNN: S = 4096 0.94 against two's 0.87,
+    16,384 1.04 against 0.92, causal 16,384 1.00 against 0.95), two at D = 128 (a 64 x 128
+    float32 accumulator per warpgroup needs the 168 registers)."""
+    return 3 if head_d == 64 else 2
+
+
 def _ws_block_n(head_d: int) -> int:
     """Key tile of the warp-specialized kernel: 128 (64 query rows per warpgroup leave the
     registers for it)."""
@@ -346,18 +354,19 @@ def fits(q: Any, k: Any, v: Any, *, mask: Any = None, return_lse: bool = False) 
 
 
 def pays(q: Any, causal: bool = False) -> bool:
-    """Whether the kernel beats the Triton one for q's shape: D = 128 and S >= 4096, or
-    D = 64, causal, S >= 16,384. Measured on the H200 (bf16, of cuDNN, medians of 3): at
-    D = 128 0.92-1.02 against 0.76-0.86; at D = 64 causal S = 16,384 0.97 against 0.90 (one
-    run since: 0.98 against 0.94); elsewhere at D = 64 within the noise or slower (0.83-0.97
-    against 0.89-0.95), and at S = 1024 slower at both head sizes (fewer key tiles per program
-    to pay for the partitions' start and end).
+    """Whether the kernel beats the Triton one for q's shape: S >= 4096 at D = 128 and at
+    D = 64 without causal, S >= 16,384 at D = 64 with it. Measured on the H200 (bf16, of
+    cuDNN): at D = 128 0.92-1.02 against 0.76-0.86 (medians of 3); at D = 64 in three
+    warpgroups 0.94-1.04 against 0.89-0.94, causal S = 16,384 1.00 against 0.94; causal
+    S = 4096 at D = 64 slower (0.74-0.82: a 192-row block wastes more of the diagonal), and at
+    S = 1024 slower at both head sizes (fewer key tiles per program to pay for the
+    partitions' start and end).
 
     >>> pays(torch.empty(1, 16, 4096, 128))  # doctest: +SKIP
     True
     """
     d, s = q.shape[-1], q.shape[-2]
-    return (d == 128 and s >= 4096) or (d == 64 and bool(causal) and s >= 16384)
+    return s >= 4096 and (d == 128 or not causal or s >= 16384)
 
 
 def forward(q: Any, k: Any, v: Any, *, causal: bool = False, scale: float | None = None,
@@ -369,8 +378,8 @@ def forward(q: Any, k: Any, v: Any, *, causal: bool = False, scale: float | None
     ``block_n`` (key tile), ``num_buf`` (K/V buffers), ``maxnreg`` (registers per thread;
     the SM's 64k over 12 warps, 168, runs one program per SM) and ``pv_overlap`` (a
     warpgroup's P V left running through its own softmax: FlashAttention-3's intra-warpgroup
-    overlap, on at D = 128) and ``warpgroups`` (consumers of 64 query rows: 2, or 3 as
-    FlashAttention-3 runs D = 64, 128 registers each, untimed) override the measured launch
+    overlap, on at D = 128) and ``warpgroups`` (consumers of 64 query rows: 2, or 3 with 128
+    registers each, the launch at D = 64) override the measured launch
     (for the bench's candidates: ``bench/gluon_attention.py --bench-ws``).
 
     >>> o = forward(q, k, v, causal=True)  # doctest: +SKIP
@@ -381,7 +390,7 @@ def forward(q: Any, k: Any, v: Any, *, causal: bool = False, scale: float | None
     if why is not None:
         raise ValueError(f"the Gluon attention kernel needs {why}")
     b, h, s, d = q.shape
-    wg = warpgroups or 2
+    wg = warpgroups or _ws_warpgroups(d)
     if wg not in (2, 3):
         raise ValueError(f"warpgroups={warpgroups} is not supported; use 2 or 3")
     q, k, v = (t.contiguous() for t in (q, k, v))
