@@ -32,6 +32,7 @@ reports (--overlap-pv).
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import sys
@@ -236,7 +237,8 @@ WS_CANDIDATES = (
 
 def compile_offline(head_d: int, causal: bool, block_n: int | None = None,
                     overlap_pv: bool | None = None, ws: bool = False, num_buf: int | None = None,
-                    maxnreg: int | None = None, warpgroups: int | None = None) -> dict[str, Any]:
+                    maxnreg: int | None = None, warpgroups: int | None = None,
+                    persistent: bool = False) -> dict[str, Any]:
     """Compile for sm_90a without a GPU; ``{"registers", "spill_bytes", "shared",
     "serialized"}`` from ``ptxas -v`` (serialized: ptxas's C7514, wgmma run one by one).
     ``ws``: the warp-specialized kernel (``num_buf``, ``maxnreg`` and ``overlap_pv``, its
@@ -253,7 +255,7 @@ def compile_offline(head_d: int, causal: bool, block_n: int | None = None,
         const = ag._ws_constexprs(head_d, block_n or ag._ws_block_n(head_d), causal,
                                   num_buf or ag.WS_NUM_BUF,
                                   ag._ws_pv_overlap(head_d) if overlap_pv is None else overlap_pv,
-                                  warpgroups)
+                                  warpgroups, persistent)
         options = dict(num_warps=4, maxnreg=maxnreg or ag._ws_maxnreg(warpgroups))
     else:
         const = _constexprs(head_d, block_n or _block_n(head_d), causal, bool(overlap_pv))
@@ -323,14 +325,15 @@ def _bench(seqs: list[int], dims: list[int]) -> None:
 
 def _bench_ws(seqs: list[int], dims: list[int]) -> None:
     """Time the warp-specialized kernel's launch candidates (WS_CANDIDATES) beside its
-    shipped launch and cuDNN, bf16, B*S = 16k, H*D = 2048; each checked against SDPA math in
-    float32 (max |error|) first."""
+    shipped launch and cuDNN, bf16, B*S = 16k, H*D = 2048, each one program per query block
+    and persistent (one per SM); each checked against SDPA math in float32 (max |error|)
+    first."""
     import torch
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     sdpa = torch.nn.functional.scaled_dot_product_attention
     print("| D | S | causal | launch (key tile, buffers, registers[, P V overlap][, 3 "
-          "warpgroups]) | TFLOP/s "
+          "warpgroups][, persistent]) | TFLOP/s "
           "| of cuDNN "
           "| max err |\n|---|---|---|---|---|---|---|")
     for d in dims:
@@ -344,15 +347,17 @@ def _bench_ws(seqs: list[int], dims: list[int]) -> None:
                 ref = sdpa(q[:1].float(), k[:1].float(), v[:1].float(), is_causal=causal)
                 with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
                     cudnn = flops / time_ms(lambda: sdpa(q, k, v, is_causal=causal)) * 1e-9
-                for bn, nb, reg, overlap, wg in launches:
+                for (bn, nb, reg, overlap, wg), persistent in itertools.product(
+                        launches, (False, True)):
                     kw = dict(causal=causal, block_n=bn, num_buf=nb, maxnreg=reg,
-                              pv_overlap=overlap, warpgroups=wg)
+                              pv_overlap=overlap, warpgroups=wg, persistent=persistent)
                     err = float((attention_gluon.forward(q[:1], k[:1], v[:1], **kw).float()
                                  - ref).abs().max())
                     tf = flops / time_ms(lambda: attention_gluon.forward(q, k, v, **kw)) * 1e-9
-                    name = "shipped" if bn is None else (
+                    name = ("shipped" if bn is None else (
                         f"{bn}, {nb}, {reg}" + (", P V overlap" if overlap else "")
-                        + (f", {wg} warpgroups" if wg != 2 else ""))
+                        + (f", {wg} warpgroups" if wg != 2 else ""))) + (
+                        ", persistent" if persistent else "")
                     print(f"| {d} | {s} | {'yes' if causal else 'no'} | {name} | {tf:.0f} | "
                           f"{tf / cudnn:.2f} | {err:.3g} |", flush=True)
 

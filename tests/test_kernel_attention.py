@@ -430,6 +430,22 @@ def test_gpu_gluon_ws_launch_candidates_match_oracle(causal: bool):
                                           float(err.max()))
 
 
+@pytest.mark.gpu
+@pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
+@pytest.mark.parametrize("d", [64, 128])
+def test_gpu_gluon_ws_persistent_launch_matches_oracle(causal: bool, d: int):
+    # Persistent: 3 programs walk 2 x 3 heads' query blocks of unequal length (causal), so
+    # the ring of K/V buffers, the turns and Q's barriers run on from block to block.
+    g = _gluon_module()
+    for wg in (2, 3) if d == 64 else (2,):
+        q, k, v = _inputs((2, 3, 1024, d), (2, 3, 1024, d), torch.bfloat16, seed=d + wg)
+        o = g.attention_gluon.forward(q * 8, k, v, causal=causal, warpgroups=wg,
+                                      persistent=True, programs=3)
+        o_ref, _, o_tol, _ = _bounds(q * 8, k, v, torch.bfloat16, causal=causal)
+        err = np.abs(to_numpy(o).astype(np.float64) - o_ref)
+        assert np.all(err <= o_tol), (d, wg, float(err.max()))
+
+
 # ---- the opt-in Gluon kernel (kernels/attention_gluon.py) behind attention() ----
 def _gluon_kernel_module() -> Any:
     pytest.importorskip("triton.experimental.gluon.language.nvidia.hopper")

@@ -77,49 +77,98 @@ WS_MAXNREG = 168  # 12 warps (3 warpgroups) x 168 = the SM's 64k registers for o
 
 
 @gluon.jit
-def _ws_producer(smem, bars, ptrs, seq, start_m, n_tiles, WG: gl.constexpr,
-                 ROWS: gl.constexpr, HEAD_D: gl.constexpr, BLOCK_N: gl.constexpr,
-                 NUM_BUF: gl.constexpr, SMEM: gl.constexpr, S_LAYOUT: gl.constexpr,
-                 O_LAYOUT: gl.constexpr, P_LAYOUT: gl.constexpr, CAUSAL: gl.constexpr,
-                 PV_OVERLAP: gl.constexpr, NUM_WG: gl.constexpr):
-    """The load warp: Q of every consumer warpgroup, then K and V of every key tile, by TMA."""
-    q_smem, k_smem, v_smem = smem
-    q_bar, ready, empty, turn = bars
-    q_ptr, k_ptr, v_ptr, o_ptr, base, qk_scale_log2 = ptrs
-    # Descriptors of this (batch, head)'s [S, D] slices, made on the device (they need the
-    # global scratch that triton.set_allocator provides).
-    q_desc = tma.make_tensor_descriptor(q_ptr + base, [seq, HEAD_D], [HEAD_D, 1],
-                                        [ROWS, HEAD_D], SMEM)
-    k_desc = tma.make_tensor_descriptor(k_ptr + base, [seq, HEAD_D], [HEAD_D, 1],
-                                        [BLOCK_N, HEAD_D], SMEM)
-    v_desc = tma.make_tensor_descriptor(v_ptr + base, [seq, HEAD_D], [HEAD_D, 1],
-                                        [BLOCK_N, HEAD_D], SMEM)
-    # Rows past S (a last block of 3 x 64 rows) read as zeros: the descriptor ends at S.
-    mbarrier.expect(q_bar, NUM_WG * q_desc.block_type.nbytes)
-    for w in gl.static_range(NUM_WG):
-        _tma_load(q_desc, [start_m + w * ROWS, 0], q_bar, q_smem.index(w))
-    for j in range(n_tiles):
-        b = j % NUM_BUF
-        # Wait until every consumer released this buffer (its previous tile's P V is done).
-        # mbarriers start with phase 1 complete, so the first pass does not wait.
-        mbarrier.wait(empty.index(b), ((j // NUM_BUF) & 1) ^ 1)
-        mbarrier.expect(ready.index(b), k_desc.block_type.nbytes + v_desc.block_type.nbytes)
-        _tma_load(k_desc, [j * BLOCK_N, 0], ready.index(b), k_smem.index(b))
-        _tma_load(v_desc, [j * BLOCK_N, 0], ready.index(b), v_smem.index(b))
+def _ws_block(work, seq, n_blocks, ROWS: gl.constexpr, BLOCK_N: gl.constexpr,
+              CAUSAL: gl.constexpr, NUM_WG: gl.constexpr):
+    """Query block number ``work`` (blocks of NUM_WG * ROWS rows; one (batch, head) after
+    another, its blocks in a row, so programs that run together share K and V in L2):
+    (first row of its (batch, head) in the [B * H * S, D] view, first query, key tiles)."""
+    block = work % n_blocks
+    if CAUSAL:  # a head's blocks with the most key tiles (the last queries) start first
+        block = n_blocks - 1 - block
+    start_m = block * (NUM_WG * ROWS)
+    # Every warpgroup walks the same key tiles (causal: up to the block's last row; the tiles
+    # past a warpgroup's diagonal are masked out for it), so their turns stay in step.
+    hi = seq
+    if CAUSAL:
+        hi = gl.minimum(seq, start_m + NUM_WG * ROWS)
+    return (work // n_blocks) * seq, start_m, gl.cdiv(hi, BLOCK_N)
 
 
 @gluon.jit
-def _ws_step(j, q, k_smem, v_smem, ready, empty, turn, p_op, acc, m_i, l_i, zeros_s, offs_m,
-             qk_scale_log2, WG: gl.constexpr, NEXT: gl.constexpr, BLOCK_N: gl.constexpr,
+def _ws_producer(smem, bars, ptrs, seq, n_blocks, n_work, WG: gl.constexpr,
+                 ROWS: gl.constexpr, HEAD_D: gl.constexpr, BLOCK_N: gl.constexpr,
+                 NUM_BUF: gl.constexpr, SMEM: gl.constexpr, S_LAYOUT: gl.constexpr,
+                 O_LAYOUT: gl.constexpr, P_LAYOUT: gl.constexpr, CAUSAL: gl.constexpr,
+                 PV_OVERLAP: gl.constexpr, NUM_WG: gl.constexpr,
+                 PERSISTENT: gl.constexpr):
+    """The load warp: for each of the program's query blocks, Q of every consumer warpgroup,
+    then K and V of every key tile, by TMA."""
+    q_smem, k_smem, v_smem = smem
+    q_bar, q_empty, ready, empty, turn = bars
+    q_ptr, k_ptr, v_ptr, o_ptr, qk_scale_log2 = ptrs
+    # Descriptors of the [B * H * S, D] views, made once on the device (they need the global
+    # scratch that triton.set_allocator provides). Key tiles never cross a head (S % 128 ==
+    # 0); Q rows past S (a last block of 3 x 64 rows) read the next head's or zeros, and
+    # their outputs are not stored.
+    rows = seq * (n_work // n_blocks)  # B * H * S
+    q_desc = tma.make_tensor_descriptor(q_ptr, [rows, HEAD_D], [HEAD_D, 1], [ROWS, HEAD_D],
+                                        SMEM)
+    k_desc = tma.make_tensor_descriptor(k_ptr, [rows, HEAD_D], [HEAD_D, 1], [BLOCK_N, HEAD_D],
+                                        SMEM)
+    v_desc = tma.make_tensor_descriptor(v_ptr, [rows, HEAD_D], [HEAD_D, 1], [BLOCK_N, HEAD_D],
+                                        SMEM)
+    if PERSISTENT:  # blocks i, i + P, ...: the ring and Q's phase run on across blocks
+        g = 0  # K/V tiles loaded so far: the ring's position
+        it = 0  # query blocks so far: Q's phase
+        for work in range(gl.program_id(0), n_work, gl.num_programs(0)):
+            n_tiles = _ws_produce_block(work, g, it, q_desc, k_desc, v_desc, smem, bars, seq,
+                                        n_blocks, ROWS, BLOCK_N, NUM_BUF, CAUSAL, NUM_WG)
+            g += n_tiles
+            it += 1
+    else:
+        _ws_produce_block(gl.program_id(0), 0, 0, q_desc, k_desc, v_desc, smem, bars, seq,
+                          n_blocks, ROWS, BLOCK_N, NUM_BUF, CAUSAL, NUM_WG)
+
+
+@gluon.jit
+def _ws_produce_block(work, g, it, q_desc, k_desc, v_desc, smem, bars, seq, n_blocks,
+                      ROWS: gl.constexpr, BLOCK_N: gl.constexpr, NUM_BUF: gl.constexpr,
+                      CAUSAL: gl.constexpr, NUM_WG: gl.constexpr):
+    """Loads of query block ``work``, the program's block number ``it``, whose first key
+    tile takes the ring's place ``g``; returns its key tiles."""
+    q_smem, k_smem, v_smem = smem
+    q_bar, q_empty, ready, empty, turn = bars
+    head_row, start_m, n_tiles = _ws_block(work, seq, n_blocks, ROWS, BLOCK_N, CAUSAL, NUM_WG)
+    # Q's buffers are free once every consumer has the previous block's last scores
+    # (mbarriers start with phase 1 complete, so the first block does not wait).
+    mbarrier.wait(q_empty, (it & 1) ^ 1)
+    mbarrier.expect(q_bar, NUM_WG * q_desc.block_type.nbytes)
+    for w in gl.static_range(NUM_WG):
+        _tma_load(q_desc, [head_row + start_m + w * ROWS, 0], q_bar, q_smem.index(w))
+    for j in range(n_tiles):
+        b = (g + j) % NUM_BUF
+        # Wait until every consumer released this buffer (its previous tile's P V is done).
+        mbarrier.wait(empty.index(b), (((g + j) // NUM_BUF) & 1) ^ 1)
+        mbarrier.expect(ready.index(b), k_desc.block_type.nbytes + v_desc.block_type.nbytes)
+        _tma_load(k_desc, [head_row + j * BLOCK_N, 0], ready.index(b), k_smem.index(b))
+        _tma_load(v_desc, [head_row + j * BLOCK_N, 0], ready.index(b), v_smem.index(b))
+    return n_tiles
+
+
+@gluon.jit
+def _ws_step(j, c, t, q, k_smem, v_smem, ready, empty, turn, p_op, acc, m_i, l_i, zeros_s,
+             offs_m, qk_scale_log2, WG: gl.constexpr, NEXT: gl.constexpr, BLOCK_N: gl.constexpr,
              NUM_BUF: gl.constexpr, MASK: gl.constexpr, S_LAYOUT: gl.constexpr,
              O_LAYOUT: gl.constexpr, P_LAYOUT: gl.constexpr, PV_OVERLAP: gl.constexpr):
-    """Turn j of a consumer warpgroup: tile j's scores and tile j - 1's P V on the tensor
-    cores, then tile j's softmax while the other warpgroups' matmuls run (``PV_OVERLAP``:
-    and while this warpgroup's own P V still runs). NEXT is the warpgroup whose turn follows."""
-    b = j % NUM_BUF
-    b_prev = (j - 1) % NUM_BUF
-    mbarrier.wait(ready.index(b), (j // NUM_BUF) & 1)  # K and V of tile j landed
-    mbarrier.wait(turn.index(WG), j & 1)  # my turn at the tensor cores
+    """Turn j of a consumer warpgroup in its block: tile j's scores and tile j - 1's P V on
+    the tensor cores, then tile j's softmax while the other warpgroups' matmuls run
+    (``PV_OVERLAP``: and while this warpgroup's own P V still runs). c is tile j's place in
+    the ring (tiles since the program began), t the warpgroup's turns since then, NEXT the
+    warpgroup whose turn follows."""
+    b = c % NUM_BUF
+    b_prev = (c - 1) % NUM_BUF
+    mbarrier.wait(ready.index(b), (c // NUM_BUF) & 1)  # K and V of tile j landed
+    mbarrier.wait(turn.index(WG), t & 1)  # my turn at the tensor cores
     s = warpgroup_mma(q, k_smem.index(b).permute((1, 0)), zeros_s, use_acc=False,
                       is_async=True)
     acc = warpgroup_mma(p_op, v_smem.index(b_prev), acc, is_async=True)
@@ -144,40 +193,48 @@ def _ws_step(j, q, k_smem, v_smem, ready, empty, turn, p_op, acc, m_i, l_i, zero
 
 
 @gluon.jit
-def _ws_consumer(smem, bars, ptrs, seq, start_m, n_tiles, WG: gl.constexpr,
+def _ws_consumer(smem, bars, ptrs, seq, n_blocks, n_work, WG: gl.constexpr,
                  ROWS: gl.constexpr, HEAD_D: gl.constexpr, BLOCK_N: gl.constexpr,
                  NUM_BUF: gl.constexpr, SMEM: gl.constexpr, S_LAYOUT: gl.constexpr,
                  O_LAYOUT: gl.constexpr, P_LAYOUT: gl.constexpr, CAUSAL: gl.constexpr,
-                 PV_OVERLAP: gl.constexpr, NUM_WG: gl.constexpr):
-    """One warpgroup's ROWS query rows (WG 0 .. NUM_WG - 1): the online softmax over every
-    key tile, its matmuls issued in turn with the other warpgroups'. Each warpgroup takes n_tiles + 1
-    turns: tile 0's scores; tile j's scores with tile j - 1's P V; the last P V. The
-    NUM_WG warpgroups take their turns round-robin."""
+                 PV_OVERLAP: gl.constexpr, NUM_WG: gl.constexpr,
+                 PERSISTENT: gl.constexpr):
+    """One warpgroup's ROWS query rows (WG 0 .. NUM_WG - 1) of each of the program's blocks:
+    the online softmax over every key tile, its matmuls issued in turn with the other
+    warpgroups'. In a block of n_tiles key tiles each warpgroup takes n_tiles + 1 turns: tile
+    0's scores; tile j's scores with tile j - 1's P V; the last P V. The NUM_WG warpgroups
+    take their turns round-robin, and the ring and the turns run on from block to block."""
+    if PERSISTENT:  # blocks i, i + P, ...: the ring and the turns run on across blocks
+        g = 0  # K/V tiles consumed so far: the ring's position
+        it = 0  # query blocks so far; this warpgroup's turns so far are g + it
+        for work in range(gl.program_id(0), n_work, gl.num_programs(0)):
+            n_tiles = _ws_consume_block(work, g, it, smem, bars, ptrs, seq, n_blocks, WG, ROWS,
+                                        HEAD_D, BLOCK_N, NUM_BUF, S_LAYOUT, O_LAYOUT, P_LAYOUT,
+                                        CAUSAL, PV_OVERLAP, NUM_WG)
+            g += n_tiles
+            it += 1
+    else:
+        _ws_consume_block(gl.program_id(0), 0, 0, smem, bars, ptrs, seq, n_blocks, WG, ROWS,
+                          HEAD_D, BLOCK_N, NUM_BUF, S_LAYOUT, O_LAYOUT, P_LAYOUT, CAUSAL,
+                          PV_OVERLAP, NUM_WG)
+
+
+@gluon.jit
+def _ws_consume_block(work, g, it, smem, bars, ptrs, seq, n_blocks, WG: gl.constexpr,
+                      ROWS: gl.constexpr, HEAD_D: gl.constexpr, BLOCK_N: gl.constexpr,
+                      NUM_BUF: gl.constexpr, S_LAYOUT: gl.constexpr, O_LAYOUT: gl.constexpr,
+                      P_LAYOUT: gl.constexpr, CAUSAL: gl.constexpr, PV_OVERLAP: gl.constexpr,
+                      NUM_WG: gl.constexpr):
+    """Warpgroup WG's rows of query block ``work``, the program's block number ``it``, whose
+    first key tile sits at the ring's place ``g`` (the warpgroup's turns before it: g + it);
+    returns its key tiles."""
     q_smem, k_smem, v_smem = smem
-    q_bar, ready, empty, turn = bars
-    q_ptr, k_ptr, v_ptr, o_ptr, base, qk_scale_log2 = ptrs
+    q_bar, q_empty, ready, empty, turn = bars
+    q_ptr, k_ptr, v_ptr, o_ptr, qk_scale_log2 = ptrs
     dtype: gl.constexpr = q_ptr.dtype.element_ty
-    row0 = start_m + WG * ROWS
-    offs_m = row0 + gl.arange(0, ROWS, layout=gl.SliceLayout(1, S_LAYOUT))
     zeros_s = gl.zeros([ROWS, BLOCK_N], gl.float32, S_LAYOUT)
-    l_i = gl.zeros([ROWS], gl.float32, gl.SliceLayout(1, S_LAYOUT))
-    acc = gl.zeros([ROWS, HEAD_D], gl.float32, O_LAYOUT)
     q = q_smem.index(WG)
     NEXT: gl.constexpr = (WG + 1) % NUM_WG  # whose turn follows mine
-    mbarrier.wait(q_bar, 0)
-
-    # Turn 0: tile 0's scores.
-    mbarrier.wait(ready.index(0), 0)
-    mbarrier.wait(turn.index(WG), 0)
-    s = warpgroup_mma(q, k_smem.index(0).permute((1, 0)), zeros_s, use_acc=False,
-                      is_async=True)
-    mbarrier.arrive(turn.index(NEXT), count=1)  # the next warpgroup's turn
-    s = warpgroup_mma_wait(0, deps=[s])
-    m_i = gl.full([ROWS], -float("inf"), gl.float32, gl.SliceLayout(1, S_LAYOUT))
-    p, alpha, m_i, l_i = _softmax_tile(s, m_i, l_i, 0, offs_m, qk_scale_log2, BLOCK_N, CAUSAL,
-                                       S_LAYOUT)
-    p_op = gl.convert_layout(p.to(dtype), P_LAYOUT)
-
     # Causal: the block's NUM_WG * ROWS queries meet the diagonal in its last N_DIAG key
     # tiles (128 queries: one tile of 128 keys, two of 64; 192 queries: three of 64, and
     # with tiles of 128 keys one more than they span, as a block may start mid-tile); those
@@ -186,20 +243,42 @@ def _ws_consumer(smem, bars, ptrs, seq, start_m, n_tiles, WG: gl.constexpr,
     BLOCK_M: gl.constexpr = NUM_WG * ROWS
     N_DIAG: gl.constexpr = ((BLOCK_M + BLOCK_N - 1) // BLOCK_N + ((BLOCK_M % BLOCK_N) > 0)
                             if CAUSAL else 1)
+    head_row, start_m, n_tiles = _ws_block(work, seq, n_blocks, ROWS, BLOCK_N, CAUSAL,
+                                           NUM_WG)
+    row0 = start_m + WG * ROWS
+    offs_m = row0 + gl.arange(0, ROWS, layout=gl.SliceLayout(1, S_LAYOUT))
+    l_i = gl.zeros([ROWS], gl.float32, gl.SliceLayout(1, S_LAYOUT))
+    acc = gl.zeros([ROWS, HEAD_D], gl.float32, O_LAYOUT)
+    mbarrier.wait(q_bar, it & 1)  # this block's Q landed
+
+    # Turn 0: tile 0's scores.
+    mbarrier.wait(ready.index(g % NUM_BUF), (g // NUM_BUF) & 1)
+    mbarrier.wait(turn.index(WG), (g + it) & 1)
+    s = warpgroup_mma(q, k_smem.index(g % NUM_BUF).permute((1, 0)), zeros_s, use_acc=False,
+                      is_async=True)
+    mbarrier.arrive(turn.index(NEXT), count=1)  # the next warpgroup's turn
+    s = warpgroup_mma_wait(0, deps=[s])
+    m_i = gl.full([ROWS], -float("inf"), gl.float32, gl.SliceLayout(1, S_LAYOUT))
+    p, alpha, m_i, l_i = _softmax_tile(s, m_i, l_i, 0, offs_m, qk_scale_log2, BLOCK_N,
+                                       CAUSAL, S_LAYOUT)
+    p_op = gl.convert_layout(p.to(dtype), P_LAYOUT)
+
     for j in range(1, n_tiles - N_DIAG):
-        p_op, acc, m_i, l_i = _ws_step(j, q, k_smem, v_smem, ready, empty, turn, p_op, acc, m_i,
-                                       l_i, zeros_s, offs_m, qk_scale_log2, WG, NEXT, BLOCK_N,
-                                       NUM_BUF, False, S_LAYOUT, O_LAYOUT, P_LAYOUT,
-                                       PV_OVERLAP)
+        p_op, acc, m_i, l_i = _ws_step(j, g + j, g + it + j, q, k_smem, v_smem, ready,
+                                       empty, turn, p_op, acc, m_i, l_i, zeros_s, offs_m,
+                                       qk_scale_log2, WG, NEXT, BLOCK_N, NUM_BUF, False,
+                                       S_LAYOUT, O_LAYOUT, P_LAYOUT, PV_OVERLAP)
     for j in range(gl.maximum(n_tiles - N_DIAG, 1), n_tiles):
-        p_op, acc, m_i, l_i = _ws_step(j, q, k_smem, v_smem, ready, empty, turn, p_op, acc, m_i,
-                                       l_i, zeros_s, offs_m, qk_scale_log2, WG, NEXT, BLOCK_N,
-                                       NUM_BUF, CAUSAL, S_LAYOUT, O_LAYOUT, P_LAYOUT,
-                                       PV_OVERLAP)
+        p_op, acc, m_i, l_i = _ws_step(j, g + j, g + it + j, q, k_smem, v_smem, ready,
+                                       empty, turn, p_op, acc, m_i, l_i, zeros_s, offs_m,
+                                       qk_scale_log2, WG, NEXT, BLOCK_N, NUM_BUF, CAUSAL,
+                                       S_LAYOUT, O_LAYOUT, P_LAYOUT, PV_OVERLAP)
+    # Every score of the block is in: the producer may load the next block's Q.
+    mbarrier.arrive(q_empty, count=1)
 
     # Turn n_tiles: the last tile's P V.
-    b_last = (n_tiles - 1) % NUM_BUF
-    mbarrier.wait(turn.index(WG), n_tiles & 1)
+    b_last = (g + n_tiles - 1) % NUM_BUF
+    mbarrier.wait(turn.index(WG), (g + it + n_tiles) & 1)
     acc = warpgroup_mma(p_op, v_smem.index(b_last), acc, is_async=True)
     mbarrier.arrive(turn.index(NEXT), count=1)
     acc = warpgroup_mma_wait(0, deps=[acc])
@@ -207,88 +286,87 @@ def _ws_consumer(smem, bars, ptrs, seq, start_m, n_tiles, WG: gl.constexpr,
     o = acc / gl.convert_layout(l_i, gl.SliceLayout(1, O_LAYOUT))[:, None]
     o_rows = row0 + gl.arange(0, ROWS, layout=gl.SliceLayout(1, O_LAYOUT))
     o_cols = gl.arange(0, HEAD_D, layout=gl.SliceLayout(0, O_LAYOUT))
-    o_ptrs = o_ptr + base + o_rows.to(gl.int64)[:, None] * HEAD_D + o_cols[None, :]
+    o_ptrs = (o_ptr + head_row.to(gl.int64) * HEAD_D  # this (batch, head)'s [S, D]
+              + (o_rows[:, None] * HEAD_D + o_cols[None, :]))
     if (NUM_WG * ROWS) % 128 == 0:  # S is a multiple of 128: every block is whole
         gl.store(o_ptrs, o.to(dtype))
     else:  # the last block may end past S
         gl.store(o_ptrs, o.to(dtype), mask=(o_rows < seq)[:, None])
+    return n_tiles
 
 
 @gluon.jit
-def _attn_fwd_ws(q_ptr, k_ptr, v_ptr, o_ptr, seq, qk_scale_log2,
+def _attn_fwd_ws(q_ptr, k_ptr, v_ptr, o_ptr, seq, n_blocks, n_work, qk_scale_log2,
                  ROWS: gl.constexpr, HEAD_D: gl.constexpr, BLOCK_N: gl.constexpr,
                  NUM_BUF: gl.constexpr, SMEM: gl.constexpr, S_LAYOUT: gl.constexpr,
                  O_LAYOUT: gl.constexpr, P_LAYOUT: gl.constexpr, CAUSAL: gl.constexpr,
-                 PV_OVERLAP: gl.constexpr, NUM_WG: gl.constexpr):
+                 PV_OVERLAP: gl.constexpr, NUM_WG: gl.constexpr,
+                 PERSISTENT: gl.constexpr):
+    """n_work query blocks (n_blocks per (batch, head)), program i taking blocks i, i + P,
+    i + 2P, ... of P programs: one block each when launched with one program per block, or
+    persistent, one program per SM walking many."""
     dtype: gl.constexpr = q_ptr.dtype.element_ty
-    block = gl.program_id(0)
-    if CAUSAL:  # the blocks with the most key tiles (the last queries) start first
-        block = gl.num_programs(0) - 1 - block
-    start_m = block * (NUM_WG * ROWS)
-    base = gl.program_id(1).to(gl.int64) * seq * HEAD_D  # this (batch, head): [S, D]
     q_smem = gl.allocate_shared_memory(dtype, [NUM_WG, ROWS, HEAD_D], SMEM)
     k_smem = gl.allocate_shared_memory(dtype, [NUM_BUF, BLOCK_N, HEAD_D], SMEM)
     v_smem = gl.allocate_shared_memory(dtype, [NUM_BUF, BLOCK_N, HEAD_D], SMEM)
     q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    q_empty = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     ready = gl.allocate_shared_memory(gl.int64, [NUM_BUF, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [NUM_BUF, 1], mbarrier.MBarrierLayout())
     turn = gl.allocate_shared_memory(gl.int64, [NUM_WG, 1], mbarrier.MBarrierLayout())
     mbarrier.init(q_bar, count=1)
+    mbarrier.init(q_empty, count=NUM_WG)  # every consumer is done with Q
     for i in gl.static_range(NUM_BUF):
         mbarrier.init(ready.index(i), count=1)  # the TMA transaction completes it
         mbarrier.init(empty.index(i), count=NUM_WG)  # every consumer releases it
     for i in gl.static_range(NUM_WG):
         mbarrier.init(turn.index(i), count=1)
     mbarrier.arrive(turn.index(0), count=1)  # warpgroup 0 goes first
-    # Every warpgroup walks the same key tiles (causal: up to the block's last row; the tiles
-    # past a warpgroup's diagonal are masked out for it), so their turns stay in step.
-    hi = seq
-    if CAUSAL:
-        hi = gl.minimum(seq, start_m + NUM_WG * ROWS)
-    n_tiles = gl.cdiv(hi, BLOCK_N)
     smem = (q_smem, k_smem, v_smem)
-    bars = (q_bar, ready, empty, turn)
-    ptrs = (q_ptr, k_ptr, v_ptr, o_ptr, base, qk_scale_log2)
+    bars = (q_bar, q_empty, ready, empty, turn)
+    ptrs = (q_ptr, k_ptr, v_ptr, o_ptr, qk_scale_log2)
     # One signature for every partition: (shared buffers, barriers, pointers, scalars, which
     # warpgroup, constants); the default partition is consumer 0.
     if NUM_WG == 2:
         gl.warp_specialize([
-            (_ws_consumer, (smem, bars, ptrs, seq, start_m, n_tiles, 0, ROWS, HEAD_D, BLOCK_N,
+            (_ws_consumer, (smem, bars, ptrs, seq, n_blocks, n_work, 0, ROWS, HEAD_D, BLOCK_N,
                             NUM_BUF, SMEM, S_LAYOUT, O_LAYOUT, P_LAYOUT, CAUSAL, PV_OVERLAP,
-                            NUM_WG)),
-            (_ws_consumer, (smem, bars, ptrs, seq, start_m, n_tiles, 1, ROWS, HEAD_D, BLOCK_N,
+                            NUM_WG, PERSISTENT)),
+            (_ws_consumer, (smem, bars, ptrs, seq, n_blocks, n_work, 1, ROWS, HEAD_D, BLOCK_N,
                             NUM_BUF, SMEM, S_LAYOUT, O_LAYOUT, P_LAYOUT, CAUSAL, PV_OVERLAP,
-                            NUM_WG)),
-            (_ws_producer, (smem, bars, ptrs, seq, start_m, n_tiles, 0, ROWS, HEAD_D, BLOCK_N,
+                            NUM_WG, PERSISTENT)),
+            (_ws_producer, (smem, bars, ptrs, seq, n_blocks, n_work, 0, ROWS, HEAD_D, BLOCK_N,
                             NUM_BUF, SMEM, S_LAYOUT, O_LAYOUT, P_LAYOUT, CAUSAL, PV_OVERLAP,
-                            NUM_WG)),
+                            NUM_WG, PERSISTENT)),
         ], [4, 1], [240, 24])
     else:  # three consumers (192 query rows): FlashAttention-3's shape for D = 64
         gl.warp_specialize([
-            (_ws_consumer, (smem, bars, ptrs, seq, start_m, n_tiles, 0, ROWS, HEAD_D, BLOCK_N,
+            (_ws_consumer, (smem, bars, ptrs, seq, n_blocks, n_work, 0, ROWS, HEAD_D, BLOCK_N,
                             NUM_BUF, SMEM, S_LAYOUT, O_LAYOUT, P_LAYOUT, CAUSAL, PV_OVERLAP,
-                            NUM_WG)),
-            (_ws_consumer, (smem, bars, ptrs, seq, start_m, n_tiles, 1, ROWS, HEAD_D, BLOCK_N,
+                            NUM_WG, PERSISTENT)),
+            (_ws_consumer, (smem, bars, ptrs, seq, n_blocks, n_work, 1, ROWS, HEAD_D, BLOCK_N,
                             NUM_BUF, SMEM, S_LAYOUT, O_LAYOUT, P_LAYOUT, CAUSAL, PV_OVERLAP,
-                            NUM_WG)),
-            (_ws_consumer, (smem, bars, ptrs, seq, start_m, n_tiles, 2, ROWS, HEAD_D, BLOCK_N,
+                            NUM_WG, PERSISTENT)),
+            (_ws_consumer, (smem, bars, ptrs, seq, n_blocks, n_work, 2, ROWS, HEAD_D, BLOCK_N,
                             NUM_BUF, SMEM, S_LAYOUT, O_LAYOUT, P_LAYOUT, CAUSAL, PV_OVERLAP,
-                            NUM_WG)),
-            (_ws_producer, (smem, bars, ptrs, seq, start_m, n_tiles, 0, ROWS, HEAD_D, BLOCK_N,
+                            NUM_WG, PERSISTENT)),
+            (_ws_producer, (smem, bars, ptrs, seq, n_blocks, n_work, 0, ROWS, HEAD_D, BLOCK_N,
                             NUM_BUF, SMEM, S_LAYOUT, O_LAYOUT, P_LAYOUT, CAUSAL, PV_OVERLAP,
-                            NUM_WG)),
+                            NUM_WG, PERSISTENT)),
         ], [4, 4, 1], [160, 160, 24])
 
 
 def _ws_constexprs(head_d: int, block_n: int, causal: bool, num_buf: int = WS_NUM_BUF,
-                   pv_overlap: bool = False, warpgroups: int = 2) -> dict[str, Any]:
+                   pv_overlap: bool = False, warpgroups: int = 2,
+                   persistent: bool = False) -> dict[str, Any]:
     """The warp-specialized kernel's compile-time arguments (4-warp consumer layouts;
-    ``warpgroups`` consumers of 64 query rows each, 2 or 3)."""
+    ``warpgroups`` consumers of 64 query rows each, 2 or 3; ``persistent``: one program per
+    SM walking the query blocks)."""
     o_layout = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                          instr_shape=[16, head_d, 16])
     return dict(
         ROWS=WS_ROWS, HEAD_D=head_d, BLOCK_N=block_n, NUM_BUF=num_buf, CAUSAL=causal,
-        PV_OVERLAP=pv_overlap, NUM_WG=warpgroups,
+        PV_OVERLAP=pv_overlap, NUM_WG=warpgroups, PERSISTENT=persistent,
         SMEM=gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2),
         S_LAYOUT=gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                            instr_shape=[16, block_n, 16]),
@@ -316,6 +394,12 @@ def _ws_warpgroups(head_d: int) -> int:
     16,384 1.04 against 0.92, causal 16,384 1.00 against 0.95), two at D = 128 (a 64 x 128
     float32 accumulator per warpgroup needs the 168 registers)."""
     return 3 if head_d == 64 else 2
+
+
+def _ws_persistent(head_d: int, causal: bool) -> bool:
+    """Whether the shipped launch is persistent (one program per SM, each walking query
+    blocks i, i + SMs, ...): not yet measured to pay, so one program per block."""
+    return False
 
 
 def _ws_block_n(head_d: int) -> int:
@@ -372,15 +456,18 @@ def pays(q: Any, causal: bool = False) -> bool:
 def forward(q: Any, k: Any, v: Any, *, causal: bool = False, scale: float | None = None,
             block_n: int | None = None, num_buf: int | None = None,
             maxnreg: int | None = None, pv_overlap: bool | None = None,
-            warpgroups: int | None = None) -> Any:
+            warpgroups: int | None = None, persistent: bool | None = None,
+            programs: int | None = None) -> Any:
     """softmax(q k^T * scale) v for inputs :func:`fits` accepts (it raises ValueError with the
     reason otherwise); causal hides keys after the query (Sq == Sk: both alignments agree).
     ``block_n`` (key tile), ``num_buf`` (K/V buffers), ``maxnreg`` (registers per thread;
     the SM's 64k over 12 warps, 168, runs one program per SM) and ``pv_overlap`` (a
     warpgroup's P V left running through its own softmax: FlashAttention-3's intra-warpgroup
     overlap, on at D = 128) and ``warpgroups`` (consumers of 64 query rows: 2, or 3 with 128
-    registers each, the launch at D = 64) override the measured launch
-    (for the bench's candidates: ``bench/gluon_attention.py --bench-ws``).
+    registers each, the launch at D = 64) and ``persistent`` (one program per SM walking the
+    query blocks, instead of one program per block; ``programs`` of them instead, for tests)
+    override the measured launch (for the bench's candidates: ``bench/gluon_attention.py
+    --bench-ws``).
 
     >>> o = forward(q, k, v, causal=True)  # doctest: +SKIP
     """
@@ -397,11 +484,19 @@ def forward(q: Any, k: Any, v: Any, *, causal: bool = False, scale: float | None
     o = torch.empty_like(q)
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
     _use_torch_allocator()
+    n_blocks = -(-s // (WS_ROWS * wg))  # blocks of 64 x wg query rows per (batch, head)
+    n_work = n_blocks * b * h
+    persistent = _ws_persistent(d, bool(causal)) if persistent is None else bool(persistent)
+    if not persistent:
+        programs = n_work
+    elif programs is None:
+        programs = min(n_work, torch.cuda.get_device_properties(q.device).multi_processor_count)
     with torch.cuda.device(q.device):
-        _attn_fwd_ws[(-(-s // (WS_ROWS * wg)), b * h)](  # blocks of 64 x wg query rows
-            q, k, v, o, s, scale * 1.4426950408889634,  # log2(e)
+        _attn_fwd_ws[(programs,)](
+            q, k, v, o, s, n_blocks, n_work, scale * 1.4426950408889634,  # log2(e)
             **_ws_constexprs(d, block_n or _ws_block_n(d), bool(causal), num_buf or WS_NUM_BUF,
-                             _ws_pv_overlap(d) if pv_overlap is None else bool(pv_overlap), wg),
+                             _ws_pv_overlap(d) if pv_overlap is None else bool(pv_overlap), wg,
+                             persistent),
             num_warps=4, maxnreg=maxnreg or _ws_maxnreg(wg))
     return o
 
