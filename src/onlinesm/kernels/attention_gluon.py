@@ -77,13 +77,21 @@ WS_MAXNREG = 168  # 12 warps (3 warpgroups) x 168 = the SM's 64k registers for o
 
 
 @gluon.jit
-def _ws_block(work, seq, n_blocks, ROWS: gl.constexpr, BLOCK_N: gl.constexpr,
-              CAUSAL: gl.constexpr, NUM_WG: gl.constexpr):
-    """Query block number ``work`` (blocks of NUM_WG * ROWS rows; one (batch, head) after
-    another, its blocks in a row, so programs that run together share K and V in L2):
-    (first row of its (batch, head) in the [B * H * S, D] view, first query, key tiles)."""
+def _ws_block(work, seq, n_blocks, n_work, ROWS: gl.constexpr, BLOCK_N: gl.constexpr,
+              CAUSAL: gl.constexpr, NUM_WG: gl.constexpr, PERSISTENT: gl.constexpr):
+    """Query block number ``work`` (blocks of NUM_WG * ROWS rows): (first row of its (batch,
+    head) in the [B * H * S, D] view, first query, key tiles). One (batch, head) after
+    another, its blocks in a row, so programs that run together share K and V in L2; causal,
+    a head's longest blocks (the last queries) first. Causal and persistent, the longest
+    blocks of every head first: a program takes every P-th block, and in a head's own order
+    some programs would take only long blocks and others only short ones."""
+    n_heads = n_work // n_blocks
+    head = work // n_blocks
     block = work % n_blocks
-    if CAUSAL:  # a head's blocks with the most key tiles (the last queries) start first
+    if CAUSAL and PERSISTENT:
+        head = work % n_heads
+        block = work // n_heads
+    if CAUSAL:
         block = n_blocks - 1 - block
     start_m = block * (NUM_WG * ROWS)
     # Every warpgroup walks the same key tiles (causal: up to the block's last row; the tiles
@@ -91,7 +99,7 @@ def _ws_block(work, seq, n_blocks, ROWS: gl.constexpr, BLOCK_N: gl.constexpr,
     hi = seq
     if CAUSAL:
         hi = gl.minimum(seq, start_m + NUM_WG * ROWS)
-    return (work // n_blocks) * seq, start_m, gl.cdiv(hi, BLOCK_N)
+    return head * seq, start_m, gl.cdiv(hi, BLOCK_N)
 
 
 @gluon.jit
@@ -122,23 +130,25 @@ def _ws_producer(smem, bars, ptrs, seq, n_blocks, n_work, WG: gl.constexpr,
         it = 0  # query blocks so far: Q's phase
         for work in range(gl.program_id(0), n_work, gl.num_programs(0)):
             n_tiles = _ws_produce_block(work, g, it, q_desc, k_desc, v_desc, smem, bars, seq,
-                                        n_blocks, ROWS, BLOCK_N, NUM_BUF, CAUSAL, NUM_WG)
+                                        n_blocks, n_work, ROWS, BLOCK_N, NUM_BUF, CAUSAL,
+                                        NUM_WG, PERSISTENT)
             g += n_tiles
             it += 1
     else:
         _ws_produce_block(gl.program_id(0), 0, 0, q_desc, k_desc, v_desc, smem, bars, seq,
-                          n_blocks, ROWS, BLOCK_N, NUM_BUF, CAUSAL, NUM_WG)
+                          n_blocks, n_work, ROWS, BLOCK_N, NUM_BUF, CAUSAL, NUM_WG, PERSISTENT)
 
 
 @gluon.jit
-def _ws_produce_block(work, g, it, q_desc, k_desc, v_desc, smem, bars, seq, n_blocks,
+def _ws_produce_block(work, g, it, q_desc, k_desc, v_desc, smem, bars, seq, n_blocks, n_work,
                       ROWS: gl.constexpr, BLOCK_N: gl.constexpr, NUM_BUF: gl.constexpr,
-                      CAUSAL: gl.constexpr, NUM_WG: gl.constexpr):
+                      CAUSAL: gl.constexpr, NUM_WG: gl.constexpr, PERSISTENT: gl.constexpr):
     """Loads of query block ``work``, the program's block number ``it``, whose first key
     tile takes the ring's place ``g``; returns its key tiles."""
     q_smem, k_smem, v_smem = smem
     q_bar, q_empty, ready, empty, turn = bars
-    head_row, start_m, n_tiles = _ws_block(work, seq, n_blocks, ROWS, BLOCK_N, CAUSAL, NUM_WG)
+    head_row, start_m, n_tiles = _ws_block(work, seq, n_blocks, n_work, ROWS, BLOCK_N, CAUSAL,
+                                           NUM_WG, PERSISTENT)
     # Q's buffers are free once every consumer has the previous block's last scores
     # (mbarriers start with phase 1 complete, so the first block does not wait).
     mbarrier.wait(q_empty, (it & 1) ^ 1)
@@ -208,23 +218,23 @@ def _ws_consumer(smem, bars, ptrs, seq, n_blocks, n_work, WG: gl.constexpr,
         g = 0  # K/V tiles consumed so far: the ring's position
         it = 0  # query blocks so far; this warpgroup's turns so far are g + it
         for work in range(gl.program_id(0), n_work, gl.num_programs(0)):
-            n_tiles = _ws_consume_block(work, g, it, smem, bars, ptrs, seq, n_blocks, WG, ROWS,
-                                        HEAD_D, BLOCK_N, NUM_BUF, S_LAYOUT, O_LAYOUT, P_LAYOUT,
-                                        CAUSAL, PV_OVERLAP, NUM_WG)
+            n_tiles = _ws_consume_block(work, g, it, smem, bars, ptrs, seq, n_blocks, n_work,
+                                        WG, ROWS, HEAD_D, BLOCK_N, NUM_BUF, S_LAYOUT, O_LAYOUT,
+                                        P_LAYOUT, CAUSAL, PV_OVERLAP, NUM_WG, PERSISTENT)
             g += n_tiles
             it += 1
     else:
-        _ws_consume_block(gl.program_id(0), 0, 0, smem, bars, ptrs, seq, n_blocks, WG, ROWS,
-                          HEAD_D, BLOCK_N, NUM_BUF, S_LAYOUT, O_LAYOUT, P_LAYOUT, CAUSAL,
-                          PV_OVERLAP, NUM_WG)
+        _ws_consume_block(gl.program_id(0), 0, 0, smem, bars, ptrs, seq, n_blocks, n_work, WG,
+                          ROWS, HEAD_D, BLOCK_N, NUM_BUF, S_LAYOUT, O_LAYOUT, P_LAYOUT, CAUSAL,
+                          PV_OVERLAP, NUM_WG, PERSISTENT)
 
 
 @gluon.jit
-def _ws_consume_block(work, g, it, smem, bars, ptrs, seq, n_blocks, WG: gl.constexpr,
+def _ws_consume_block(work, g, it, smem, bars, ptrs, seq, n_blocks, n_work, WG: gl.constexpr,
                       ROWS: gl.constexpr, HEAD_D: gl.constexpr, BLOCK_N: gl.constexpr,
                       NUM_BUF: gl.constexpr, S_LAYOUT: gl.constexpr, O_LAYOUT: gl.constexpr,
                       P_LAYOUT: gl.constexpr, CAUSAL: gl.constexpr, PV_OVERLAP: gl.constexpr,
-                      NUM_WG: gl.constexpr):
+                      NUM_WG: gl.constexpr, PERSISTENT: gl.constexpr):
     """Warpgroup WG's rows of query block ``work``, the program's block number ``it``, whose
     first key tile sits at the ring's place ``g`` (the warpgroup's turns before it: g + it);
     returns its key tiles."""
@@ -243,8 +253,8 @@ def _ws_consume_block(work, g, it, smem, bars, ptrs, seq, n_blocks, WG: gl.const
     BLOCK_M: gl.constexpr = NUM_WG * ROWS
     N_DIAG: gl.constexpr = ((BLOCK_M + BLOCK_N - 1) // BLOCK_N + ((BLOCK_M % BLOCK_N) > 0)
                             if CAUSAL else 1)
-    head_row, start_m, n_tiles = _ws_block(work, seq, n_blocks, ROWS, BLOCK_N, CAUSAL,
-                                           NUM_WG)
+    head_row, start_m, n_tiles = _ws_block(work, seq, n_blocks, n_work, ROWS, BLOCK_N, CAUSAL,
+                                           NUM_WG, PERSISTENT)
     row0 = start_m + WG * ROWS
     offs_m = row0 + gl.arange(0, ROWS, layout=gl.SliceLayout(1, S_LAYOUT))
     l_i = gl.zeros([ROWS], gl.float32, gl.SliceLayout(1, S_LAYOUT))
