@@ -463,14 +463,17 @@ def test_the_gluon_kernel_says_why_a_call_is_not_its_own():
     assert "D of 64 or 128" in ag.fits(*(torch.zeros(1, 2, 128, 96, dtype=torch.bfloat16),) * 3)
     assert "CUDA" in ag.fits(q, q, q)
     assert "non-empty" in ag.fits(*(q[:0],) * 3)
-    # where it pays (measured on the H200): S >= 4096, except D = 64 causal: S >= 16k
-    assert ag.pays(torch.zeros(1, 1, 4096, 128)) and ag.pays(torch.zeros(1, 1, 4096, 64))
+    # where it pays (measured on the H200): D = 128 from S = 1024 (causal 4096), D = 64 from
+    # 4096 (causal 16k)
+    assert ag.pays(torch.zeros(1, 1, 1024, 128)) and not ag.pays(torch.zeros(1, 1, 512, 128))
+    assert ag.pays(torch.zeros(1, 1, 4096, 64)) and not ag.pays(torch.zeros(1, 1, 2048, 64))
     assert ag.pays(torch.zeros(1, 1, 4096, 128), causal=True)
-    assert not ag.pays(torch.zeros(1, 1, 2048, 128)) and not ag.pays(torch.zeros(1, 1, 2048, 64))
+    assert not ag.pays(torch.zeros(1, 1, 2048, 128), causal=True)
     assert ag.pays(torch.zeros(1, 1, 16384, 64), causal=True)
     assert not ag.pays(torch.zeros(1, 1, 8192, 64), causal=True)
-    # the launch: three consumer warpgroups at D = 64, two at D = 128
+    # the launch: three consumer warpgroups at D = 64, two at D = 128; persistent without causal
     assert (ag._ws_warpgroups(64), ag._ws_warpgroups(128)) == (3, 2)
+    assert ag._ws_persistent(64, False) and not ag._ws_persistent(128, True)
     with pytest.raises(ValueError, match="the Gluon attention kernel needs q, k, v of one shape"):
         ag.forward(q[:, :, :100], q, q)
 
@@ -605,7 +608,7 @@ def test_gpu_use_gluon_runs_the_calls_it_covers(dtype: Any, causal: bool, d: int
                                      causal=causal)
         assert np.all(np.abs(to_numpy(o[..., :n, :]).astype(np.float64) - o_ref) <= o_tol)
         attention(q, k, v, causal=causal, return_lse=True)  # lse: the Triton kernel
-        attention(q[..., :2048, :], k[..., :2048, :], v[..., :2048, :])  # short: Triton's
+        attention(q[..., :512, :], k[..., :512, :], v[..., :512, :])  # short: Triton's
         monkeypatch.setenv("ONLINESM_ATTENTION_CONFIG", "128,64,3,8")  # pinned Triton tiles
         attention(q, k, v, causal=causal)
         assert calls == [1]
