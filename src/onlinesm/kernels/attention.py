@@ -138,9 +138,9 @@ def _interpreting() -> bool:
 
 #: Calls the Gluon kernel covers (attention_gluon.fits: 16-bit, Sq == Sk, no GQA, no mask,
 #: S % 128 == 0, D 64 or 128, no lse, an sm_90 GPU) where it is faster (attention_gluon.pays:
-#: S >= 4096; D = 64 causal, S >= 16k) run it, the rest this module's kernel. On by
-#: default; ``ONLINESM_ATTENTION_GLUON=0`` (or ``use_gluon(False)``) runs every call on this
-#: module's.
+#: D = 128 from S = 1024, D = 64 from 4096; causal from 4096 and 16k) run it, the rest this
+#: module's kernel. On by default; ``ONLINESM_ATTENTION_GLUON=0`` (or ``use_gluon(False)``)
+#: runs every call on this module's.
 GLUON_ENV = "ONLINESM_ATTENTION_GLUON"
 _gluon_on = os.environ.get(GLUON_ENV, "1").strip().lower() not in ("0", "false", "off", "no")
 

@@ -1,20 +1,24 @@
-"""Attention forward for Hopper in Gluon: a TMA producer warp, two consumer warpgroups in ping-pong.
+"""Attention forward for Hopper in Gluon: a TMA producer warp, consumer warpgroups in ping-pong.
 
 What: FlashAttention-3's schedule written in Gluon (Triton's explicit-layout dialect), for the
 inputs it covers: 16-bit q, k, v of one shape [B, H, S, D] (no GQA, Sq == Sk), S a multiple
-of 128, D of 64 or 128, no mask, causal or not, on an sm_90 GPU. One warp only loads (Q
-once, then K and V tiles through a ring of shared-memory buffers, by TMA), and two
-warpgroups of 4 warps each own 64 query rows and take turns at the tensor cores: one issues
-its Q K^T and the previous tile's P V, hands the turn over, and does its softmax while the
-other's matmuls run.
+of 128, D of 64 or 128, no mask, causal or not, on an sm_90 GPU. One warp only loads (a query
+block's Q, then K and V tiles through a ring of shared-memory buffers, by TMA), and two
+warpgroups of 4 warps each (three at D = 64) own 64 query rows and take turns at the tensor
+cores: one issues its Q K^T and the previous tile's P V, hands the turn over, and does its
+softmax while the others' matmuls run. Without causal the launch is persistent: one program
+per SM walks query blocks, the producer loading the next block's tiles during the last one's
+epilogue.
 
 Why: the Triton kernel (attention.py) cannot overlap a tile's softmax with matmuls (Triton
 waits for a wgmma at once when its result feeds anything but another wgmma), which held it at
 0.72-0.86 of cuDNN at D = 128. This one reaches 0.92-1.02 there on an H200 (medians of 3,
-S >= 4096; reports/h200/bench_attention.md).
+S >= 4096), and 1.00-1.09 at D = 64 (S >= 4096 without causal, 16k causal;
+reports/h200/bench_attention.md).
 
 Status: on by default. ``attention()`` runs it for the calls it covers (:func:`fits`) where it
-is the faster kernel (:func:`pays`: D = 128, S >= 4096; D = 64 causal, S >= 16k), unless
+is the faster kernel (:func:`pays`: from S = 1024 at D = 128 and 4096 at D = 64 without
+causal, from 4096 and 16k causal), unless
 ``ONLINESM_ATTENTION_GLUON=0`` (``use_gluon(False)``) or a pinned Triton config
 (``ONLINESM_ATTENTION_CONFIG``) says otherwise. Its oracle tests and ``onlinesm check``
 through ``attention()`` pass on the H200.
