@@ -239,12 +239,12 @@ WS_CANDIDATES = (
 def compile_offline(head_d: int, causal: bool, block_n: int | None = None,
                     overlap_pv: bool | None = None, ws: bool = False, num_buf: int | None = None,
                     maxnreg: int | None = None, warpgroups: int | None = None,
-                    persistent: bool = False) -> dict[str, Any]:
+                    persistent: bool | None = None) -> dict[str, Any]:
     """Compile for sm_90a without a GPU; ``{"registers", "spill_bytes", "shared",
     "serialized"}`` from ``ptxas -v`` (serialized: ptxas's C7514, wgmma run one by one).
     ``ws``: the warp-specialized kernel (``num_buf``, ``maxnreg`` and ``overlap_pv``, its
     ``pv_overlap``: as its ``forward``, None the shipped launch's; ``warpgroups``: its
-    consumers, 2 or 3, None the shipped launch's)."""
+    consumers, 2 or 3, and ``persistent``: None the shipped launch's)."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
@@ -256,7 +256,9 @@ def compile_offline(head_d: int, causal: bool, block_n: int | None = None,
         const = ag._ws_constexprs(head_d, block_n or ag._ws_block_n(head_d), causal,
                                   num_buf or ag.WS_NUM_BUF,
                                   ag._ws_pv_overlap(head_d) if overlap_pv is None else overlap_pv,
-                                  warpgroups, persistent)
+                                  warpgroups,
+                                  ag._ws_persistent(head_d, causal) if persistent is None
+                                  else persistent)
         options = dict(num_warps=4, maxnreg=maxnreg or ag._ws_maxnreg(warpgroups))
     else:
         const = _constexprs(head_d, block_n or _block_n(head_d), causal, bool(overlap_pv))
@@ -271,7 +273,7 @@ def compile_offline(head_d: int, causal: bool, block_n: int | None = None,
     r = ptxas_sm90(compiled)
     return dict(head_d=head_d, causal=causal, block_n=const["BLOCK_N"],
                 num_buf=const["NUM_BUF"], maxnreg=options.get("maxnreg"),
-                warpgroups=const.get("NUM_WG", 2),
+                warpgroups=const.get("NUM_WG", 2), persistent=bool(const.get("PERSISTENT")),
                 pv_overlap=bool(const.get("PV_OVERLAP", const.get("OVERLAP_PV"))),
                 registers=r["registers"], spill_bytes=r["spill_bytes"], shared=r["shared"],
                 serialized="C7514" in r["report"])

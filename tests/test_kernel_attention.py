@@ -340,6 +340,7 @@ def test_the_gluon_candidate_compiles_without_spills_or_serialised_wgmma():
     ws = _gluon_offline("--ws")  # warp-specialized: 12 warps at 168 registers fill the SM
     assert len(ws) == 4 and all(r["block_n"] == 128 for r in ws)
     assert [r["warpgroups"] for r in ws if r["head_d"] == 64] == [3, 3]  # D = 64: 3 consumers
+    assert [r["persistent"] for r in ws] == [not r["causal"] for r in ws]  # the shipped launches
     for r in rows + ws:
         assert r["spill_bytes"] == 0 and not r["serialized"], r
         assert r["registers"] <= 255 and r["shared"] <= 227 * 1024, r
