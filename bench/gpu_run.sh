@@ -113,8 +113,8 @@ for phase in "$@"; do
         echo "== onlinesm check of gluon $fn: rc=$? $((SECONDS - start)) s"; head -1 "$OUT/gluon_check_$fn.txt"; tail -2 "$OUT/gluon_check_$fn.txt"
       done ;;
     gluon_check)
-      # The built-in attention on the calls the Gluon kernel takes (S >= 4096, no mask,
-      # Sq == Sk; D = 64 causal only from 16k): the property suite through attention().
+      # The built-in attention on calls the Gluon kernel takes (S = 4096, no mask, Sq == Sk;
+      # at D = 64 causal ones run the Triton kernel): the property suite through attention().
       # Its oracle is float64 on the CPU: about 450 s for the two dtypes.
       ( cd /tmp && timeout 540 python3 -m onlinesm check onlinesm.kernels:attention --op attention \
           --dtypes bfloat16,float16 --head-dims ${GLUON_CHECK_D:-128} --seq-multiple 128 --same-seq --no-mask \
