@@ -230,21 +230,27 @@ def attention_ws(q: Any, k: Any, v: Any, *, mask: Any = None, causal: bool = Fal
 #: (8-20% slower), four buffers at D = 64 (no gain). Two programs per SM do not fit: at 80
 #: registers D = 64 spills 2.9-3.5 KB with key tiles of 64, and ptxas refuses tiles of 128.
 WS_CANDIDATES = (
-    (128, 128, 3, 168, False, 2), (64, 128, 3, 168, True, 2),
+    (128, 128, 3, 168, False, 2), (128, 128, 2, 168, True, 2), (64, 128, 3, 168, True, 2),
     (64, 128, 3, 168, False, 2), (64, 128, 3, 128, True, 3), (64, 64, 4, 128, False, 3),
     (128, 64, 2, 128, False, 3),
 )
+#: How --bench-ws runs each launch, as (persistent, Q buffers): one program per query block;
+#: persistent (one per SM walking blocks; causal: every head's longest blocks first, every
+#: other round reversed); persistent with the next block's Q loaded during this one (D = 128
+#: fits two Q buffers only beside two K/V buffers).
+WS_SCHEDULES = ((False, 1), (True, 1), (True, 2))
 
 
 def compile_offline(head_d: int, causal: bool, block_n: int | None = None,
                     overlap_pv: bool | None = None, ws: bool = False, num_buf: int | None = None,
                     maxnreg: int | None = None, warpgroups: int | None = None,
-                    persistent: bool | None = None) -> dict[str, Any]:
+                    persistent: bool | None = None, q_buffers: int = 1) -> dict[str, Any]:
     """Compile for sm_90a without a GPU; ``{"registers", "spill_bytes", "shared",
     "serialized"}`` from ``ptxas -v`` (serialized: ptxas's C7514, wgmma run one by one).
     ``ws``: the warp-specialized kernel (``num_buf``, ``maxnreg`` and ``overlap_pv``, its
     ``pv_overlap``: as its ``forward``, None the shipped launch's; ``warpgroups``: its
-    consumers, 2 or 3, and ``persistent``: None the shipped launch's)."""
+    consumers, 2 or 3, and ``persistent``: None the shipped launch's; ``q_buffers``: as
+    its ``forward``)."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
@@ -258,7 +264,7 @@ def compile_offline(head_d: int, causal: bool, block_n: int | None = None,
                                   ag._ws_pv_overlap(head_d) if overlap_pv is None else overlap_pv,
                                   warpgroups,
                                   ag._ws_persistent(head_d, causal) if persistent is None
-                                  else persistent)
+                                  else persistent, q_buffers)
         options = dict(num_warps=4, maxnreg=maxnreg or ag._ws_maxnreg(warpgroups))
     else:
         const = _constexprs(head_d, block_n or _block_n(head_d), causal, bool(overlap_pv))
@@ -274,6 +280,7 @@ def compile_offline(head_d: int, causal: bool, block_n: int | None = None,
     return dict(head_d=head_d, causal=causal, block_n=const["BLOCK_N"],
                 num_buf=const["NUM_BUF"], maxnreg=options.get("maxnreg"),
                 warpgroups=const.get("NUM_WG", 2), persistent=bool(const.get("PERSISTENT")),
+                q_buffers=const.get("Q_BUFS", 1),
                 pv_overlap=bool(const.get("PV_OVERLAP", const.get("OVERLAP_PV"))),
                 registers=r["registers"], spill_bytes=r["spill_bytes"], shared=r["shared"],
                 serialized="C7514" in r["report"])
@@ -328,15 +335,14 @@ def _bench(seqs: list[int], dims: list[int]) -> None:
 
 def _bench_ws(seqs: list[int], dims: list[int]) -> None:
     """Time the warp-specialized kernel's launch candidates (WS_CANDIDATES) beside its
-    shipped launch and cuDNN, bf16, B*S = 16k, H*D = 2048, each one program per query block
-    and persistent (one per SM); each checked against SDPA math in float32 (max |error|)
-    first."""
+    shipped launch and cuDNN, bf16, B*S = 16k, H*D = 2048, each in every WS_SCHEDULES; each
+    checked against SDPA math in float32 (max |error|) first."""
     import torch
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     sdpa = torch.nn.functional.scaled_dot_product_attention
     print("| D | S | causal | launch (key tile, buffers, registers[, P V overlap][, 3 "
-          "warpgroups][, persistent]) | TFLOP/s "
+          "warpgroups][, persistent][, 2 Q buffers]) | TFLOP/s "
           "| of cuDNN "
           "| max err |\n|---|---|---|---|---|---|---|")
     for d in dims:
@@ -350,17 +356,23 @@ def _bench_ws(seqs: list[int], dims: list[int]) -> None:
                 ref = sdpa(q[:1].float(), k[:1].float(), v[:1].float(), is_causal=causal)
                 with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
                     cudnn = flops / time_ms(lambda: sdpa(q, k, v, is_causal=causal)) * 1e-9
-                for (bn, nb, reg, overlap, wg), persistent in itertools.product(
-                        launches, (False, True)):
+                for (bn, nb, reg, overlap, wg), (persistent, qb) in itertools.product(
+                        launches, WS_SCHEDULES):
                     kw = dict(causal=causal, block_n=bn, num_buf=nb, maxnreg=reg,
-                              pv_overlap=overlap, warpgroups=wg, persistent=persistent)
-                    err = float((attention_gluon.forward(q[:1], k[:1], v[:1], **kw).float()
-                                 - ref).abs().max())
-                    tf = flops / time_ms(lambda: attention_gluon.forward(q, k, v, **kw)) * 1e-9
+                              pv_overlap=overlap, warpgroups=wg, persistent=persistent,
+                              q_buffers=qb)
                     name = ("shipped" if bn is None else (
                         f"{bn}, {nb}, {reg}" + (", P V overlap" if overlap else "")
                         + (f", {wg} warpgroups" if wg != 2 else ""))) + (
-                        ", persistent" if persistent else "")
+                        ", persistent" if persistent else "") + (", 2 Q" if qb == 2 else "")
+                    try:
+                        err = float((attention_gluon.forward(q[:1], k[:1], v[:1], **kw).float()
+                                     - ref).abs().max())
+                    except Exception as e:  # e.g. 2 Q buffers beside 3 K/V buffers at D = 128
+                        print(f"| {d} | {s} | {'yes' if causal else 'no'} | {name} | "
+                              f"n/a: {type(e).__name__} | | |", flush=True)
+                        continue
+                    tf = flops / time_ms(lambda: attention_gluon.forward(q, k, v, **kw)) * 1e-9
                     print(f"| {d} | {s} | {'yes' if causal else 'no'} | {name} | {tf:.0f} | "
                           f"{tf / cudnn:.2f} | {err:.3g} |", flush=True)
 

@@ -25,6 +25,7 @@ a 1 % slack covers the neglected second-order terms.
 from __future__ import annotations
 
 import importlib.util
+import itertools
 import math
 import os
 import subprocess
@@ -435,16 +436,21 @@ def test_gpu_gluon_ws_launch_candidates_match_oracle(causal: bool):
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 @pytest.mark.parametrize("d", [64, 128])
 def test_gpu_gluon_ws_persistent_launch_matches_oracle(causal: bool, d: int):
-    # Persistent: 3 programs walk 2 x 3 heads' query blocks of unequal length (causal), so
-    # the ring of K/V buffers, the turns and Q's barriers run on from block to block.
+    # Persistent: 3 programs walk 2 x 3 heads' query blocks of unequal length (causal: in
+    # rounds, every other one reversed), so the ring of K/V buffers, the turns and Q's
+    # barriers run on from block to block; with one Q buffer and with two in turn.
     g = _gluon_module()
-    for wg in (2, 3) if d == 64 else (2,):
-        q, k, v = _inputs((2, 3, 1024, d), (2, 3, 1024, d), torch.bfloat16, seed=d + wg)
+    q, k, v = _inputs((2, 3, 1024, d), (2, 3, 1024, d), torch.bfloat16, seed=d)
+    o_ref, _, o_tol, _ = _bounds(q * 8, k, v, torch.bfloat16, causal=causal)
+    for wg, q_buffers in itertools.product((2, 3) if d == 64 else (2,), (1, 2)):
+        num_buf = 2 if d == 128 and q_buffers == 2 else None  # 2 Q + 3 K/V: too much smem
         o = g.attention_gluon.forward(q * 8, k, v, causal=causal, warpgroups=wg,
-                                      persistent=True, programs=3)
-        o_ref, _, o_tol, _ = _bounds(q * 8, k, v, torch.bfloat16, causal=causal)
+                                      persistent=True, programs=3, q_buffers=q_buffers,
+                                      num_buf=num_buf)
         err = np.abs(to_numpy(o).astype(np.float64) - o_ref)
-        assert np.all(err <= o_tol), (d, wg, float(err.max()))
+        assert np.all(err <= o_tol), (d, wg, q_buffers, float(err.max()))
+    with pytest.raises(ValueError, match="q_buffers=2 is not supported"):
+        g.attention_gluon.forward(q, k, v, causal=causal, persistent=False, q_buffers=2)
 
 
 # ---- the opt-in Gluon kernel (kernels/attention_gluon.py) behind attention() ----

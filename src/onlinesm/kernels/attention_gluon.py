@@ -88,11 +88,18 @@ def _ws_block(work, seq, n_blocks, n_work, ROWS: gl.constexpr, BLOCK_N: gl.const
     another, its blocks in a row, so programs that run together share K and V in L2; causal,
     a head's longest blocks (the last queries) first. Causal and persistent, the longest
     blocks of every head first: a program takes every P-th block, and in a head's own order
-    some programs would take only long blocks and others only short ones."""
+    some programs would take only long blocks and others only short ones; and every other
+    round of P blocks in reverse (program p takes the p-th longest of one round, then the
+    p-th shortest of the next), so that no program takes the longest of every round."""
     n_heads = n_work // n_blocks
     head = work // n_blocks
     block = work % n_blocks
     if CAUSAL and PERSISTENT:
+        programs = gl.num_programs(0)
+        rnd = work // programs
+        # odd rounds reversed, all but a last partial one (work -> a permutation of 0..n-1)
+        flip = ((rnd % 2) == 1) & ((rnd + 1) * programs <= n_work)
+        work = gl.where(flip, rnd * programs + (rnd + 1) * programs - 1 - work, work)
         head = work % n_heads
         block = work // n_heads
     if CAUSAL:
@@ -151,14 +158,17 @@ def _ws_produce_block(work, g, it, q_desc, k_desc, v_desc, smem, bars, seq, n_bl
     tile takes the ring's place ``g``; returns its key tiles."""
     q_smem, k_smem, v_smem = smem
     q_bar, q_empty, ready, empty, turn = bars
+    Q_BUFS: gl.constexpr = q_smem.shape[0] // NUM_WG  # Q of one block, or of two in turn
+    slot = it % Q_BUFS
     head_row, start_m, n_tiles = _ws_block(work, seq, n_blocks, n_work, ROWS, BLOCK_N, CAUSAL,
                                            NUM_WG, PERSISTENT)
-    # Q's buffers are free once every consumer has the previous block's last scores
-    # (mbarriers start with phase 1 complete, so the first block does not wait).
-    mbarrier.wait(q_empty, (it & 1) ^ 1)
-    mbarrier.expect(q_bar, NUM_WG * q_desc.block_type.nbytes)
+    # Q's buffers are free once every consumer has the last scores of the block that used
+    # them before (mbarriers start with phase 1 complete, so the first pass does not wait).
+    mbarrier.wait(q_empty.index(slot), ((it // Q_BUFS) & 1) ^ 1)
+    mbarrier.expect(q_bar.index(slot), NUM_WG * q_desc.block_type.nbytes)
     for w in gl.static_range(NUM_WG):
-        _tma_load(q_desc, [head_row + start_m + w * ROWS, 0], q_bar, q_smem.index(w))
+        _tma_load(q_desc, [head_row + start_m + w * ROWS, 0], q_bar.index(slot),
+                  q_smem.index(slot * NUM_WG + w))
     for j in range(n_tiles):
         b = (g + j) % NUM_BUF
         # Wait until every consumer released this buffer (its previous tile's P V is done).
@@ -247,7 +257,9 @@ def _ws_consume_block(work, g, it, smem, bars, ptrs, seq, n_blocks, n_work, WG: 
     q_ptr, k_ptr, v_ptr, o_ptr, qk_scale_log2 = ptrs
     dtype: gl.constexpr = q_ptr.dtype.element_ty
     zeros_s = gl.zeros([ROWS, BLOCK_N], gl.float32, S_LAYOUT)
-    q = q_smem.index(WG)
+    Q_BUFS: gl.constexpr = q_smem.shape[0] // NUM_WG  # Q of one block, or of two in turn
+    slot = it % Q_BUFS
+    q = q_smem.index(slot * NUM_WG + WG)
     NEXT: gl.constexpr = (WG + 1) % NUM_WG  # whose turn follows mine
     # Causal: the block's NUM_WG * ROWS queries meet the diagonal in its last N_DIAG key
     # tiles (128 queries: one tile of 128 keys, two of 64; 192 queries: three of 64, and
@@ -263,7 +275,7 @@ def _ws_consume_block(work, g, it, smem, bars, ptrs, seq, n_blocks, n_work, WG: 
     offs_m = row0 + gl.arange(0, ROWS, layout=gl.SliceLayout(1, S_LAYOUT))
     l_i = gl.zeros([ROWS], gl.float32, gl.SliceLayout(1, S_LAYOUT))
     acc = gl.zeros([ROWS, HEAD_D], gl.float32, O_LAYOUT)
-    mbarrier.wait(q_bar, it & 1)  # this block's Q landed
+    mbarrier.wait(q_bar.index(slot), (it // Q_BUFS) & 1)  # this block's Q landed
 
     # Turn 0: tile 0's scores.
     mbarrier.wait(ready.index(g % NUM_BUF), (g // NUM_BUF) & 1)
@@ -288,7 +300,7 @@ def _ws_consume_block(work, g, it, smem, bars, ptrs, seq, n_blocks, n_work, WG: 
                                        qk_scale_log2, WG, NEXT, BLOCK_N, NUM_BUF, CAUSAL,
                                        S_LAYOUT, O_LAYOUT, P_LAYOUT, PV_OVERLAP)
     # Every score of the block is in: the producer may load the next block's Q.
-    mbarrier.arrive(q_empty, count=1)
+    mbarrier.arrive(q_empty.index(slot), count=1)
 
     # Turn n_tiles: the last tile's P V.
     b_last = (g + n_tiles - 1) % NUM_BUF
@@ -315,21 +327,23 @@ def _attn_fwd_ws(q_ptr, k_ptr, v_ptr, o_ptr, seq, n_blocks, n_work, qk_scale_log
                  NUM_BUF: gl.constexpr, SMEM: gl.constexpr, S_LAYOUT: gl.constexpr,
                  O_LAYOUT: gl.constexpr, P_LAYOUT: gl.constexpr, CAUSAL: gl.constexpr,
                  PV_OVERLAP: gl.constexpr, NUM_WG: gl.constexpr,
-                 PERSISTENT: gl.constexpr):
+                 PERSISTENT: gl.constexpr, Q_BUFS: gl.constexpr):
     """n_work query blocks (n_blocks per (batch, head)), program i taking blocks i, i + P,
     i + 2P, ... of P programs: one block each when launched with one program per block, or
-    persistent, one program per SM walking many."""
+    persistent, one program per SM walking many (Q_BUFS = 2: the next block's Q loads into
+    the other buffer while this block runs)."""
     dtype: gl.constexpr = q_ptr.dtype.element_ty
-    q_smem = gl.allocate_shared_memory(dtype, [NUM_WG, ROWS, HEAD_D], SMEM)
+    q_smem = gl.allocate_shared_memory(dtype, [Q_BUFS * NUM_WG, ROWS, HEAD_D], SMEM)
     k_smem = gl.allocate_shared_memory(dtype, [NUM_BUF, BLOCK_N, HEAD_D], SMEM)
     v_smem = gl.allocate_shared_memory(dtype, [NUM_BUF, BLOCK_N, HEAD_D], SMEM)
-    q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
-    q_empty = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    q_bar = gl.allocate_shared_memory(gl.int64, [Q_BUFS, 1], mbarrier.MBarrierLayout())
+    q_empty = gl.allocate_shared_memory(gl.int64, [Q_BUFS, 1], mbarrier.MBarrierLayout())
     ready = gl.allocate_shared_memory(gl.int64, [NUM_BUF, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [NUM_BUF, 1], mbarrier.MBarrierLayout())
     turn = gl.allocate_shared_memory(gl.int64, [NUM_WG, 1], mbarrier.MBarrierLayout())
-    mbarrier.init(q_bar, count=1)
-    mbarrier.init(q_empty, count=NUM_WG)  # every consumer is done with Q
+    for i in gl.static_range(Q_BUFS):
+        mbarrier.init(q_bar.index(i), count=1)  # the TMA transaction completes it
+        mbarrier.init(q_empty.index(i), count=NUM_WG)  # every consumer is done with this Q
     for i in gl.static_range(NUM_BUF):
         mbarrier.init(ready.index(i), count=1)  # the TMA transaction completes it
         mbarrier.init(empty.index(i), count=NUM_WG)  # every consumer releases it
@@ -372,15 +386,16 @@ def _attn_fwd_ws(q_ptr, k_ptr, v_ptr, o_ptr, seq, n_blocks, n_work, qk_scale_log
 
 def _ws_constexprs(head_d: int, block_n: int, causal: bool, num_buf: int = WS_NUM_BUF,
                    pv_overlap: bool = False, warpgroups: int = 2,
-                   persistent: bool = False) -> dict[str, Any]:
+                   persistent: bool = False, q_buffers: int = 1) -> dict[str, Any]:
     """The warp-specialized kernel's compile-time arguments (4-warp consumer layouts;
     ``warpgroups`` consumers of 64 query rows each, 2 or 3; ``persistent``: one program per
-    SM walking the query blocks)."""
+    SM walking the query blocks; ``q_buffers``: 2 lets it load the next block's Q during
+    this one)."""
     o_layout = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                          instr_shape=[16, head_d, 16])
     return dict(
         ROWS=WS_ROWS, HEAD_D=head_d, BLOCK_N=block_n, NUM_BUF=num_buf, CAUSAL=causal,
-        PV_OVERLAP=pv_overlap, NUM_WG=warpgroups, PERSISTENT=persistent,
+        PV_OVERLAP=pv_overlap, NUM_WG=warpgroups, PERSISTENT=persistent, Q_BUFS=q_buffers,
         SMEM=gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2),
         S_LAYOUT=gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                            instr_shape=[16, block_n, 16]),
@@ -477,7 +492,7 @@ def forward(q: Any, k: Any, v: Any, *, causal: bool = False, scale: float | None
             block_n: int | None = None, num_buf: int | None = None,
             maxnreg: int | None = None, pv_overlap: bool | None = None,
             warpgroups: int | None = None, persistent: bool | None = None,
-            programs: int | None = None) -> Any:
+            programs: int | None = None, q_buffers: int = 1) -> Any:
     """softmax(q k^T * scale) v for inputs :func:`fits` accepts (it raises ValueError with the
     reason otherwise); causal hides keys after the query (Sq == Sk: both alignments agree).
     ``block_n`` (key tile), ``num_buf`` (K/V buffers), ``maxnreg`` (registers per thread;
@@ -485,9 +500,9 @@ def forward(q: Any, k: Any, v: Any, *, causal: bool = False, scale: float | None
     warpgroup's P V left running through its own softmax: FlashAttention-3's intra-warpgroup
     overlap, on at D = 128) and ``warpgroups`` (consumers of 64 query rows: 2, or 3 with 128
     registers each, the launch at D = 64) and ``persistent`` (one program per SM walking the
-    query blocks, instead of one program per block; ``programs`` of them instead, for tests)
-    override the measured launch (for the bench's candidates: ``bench/gluon_attention.py
-    --bench-ws``).
+    query blocks, instead of one program per block; ``programs`` of them instead, for tests;
+    ``q_buffers=2``: the next block's Q loads during this one, untimed) override the measured
+    launch (for the bench's candidates: ``bench/gluon_attention.py --bench-ws``).
 
     >>> o = forward(q, k, v, causal=True)  # doctest: +SKIP
     """
@@ -507,6 +522,9 @@ def forward(q: Any, k: Any, v: Any, *, causal: bool = False, scale: float | None
     n_blocks = -(-s // (WS_ROWS * wg))  # blocks of 64 x wg query rows per (batch, head)
     n_work = n_blocks * b * h
     persistent = _ws_persistent(d, bool(causal)) if persistent is None else bool(persistent)
+    if q_buffers not in (1, 2) or (q_buffers == 2 and not persistent):
+        raise ValueError(f"q_buffers={q_buffers} is not supported; use 1, or 2 with "
+                         "persistent=True (one block per program loads one Q)")
     if not persistent:
         programs = n_work
     elif programs is None:
@@ -516,7 +534,7 @@ def forward(q: Any, k: Any, v: Any, *, causal: bool = False, scale: float | None
             q, k, v, o, s, n_blocks, n_work, scale * 1.4426950408889634,  # log2(e)
             **_ws_constexprs(d, block_n or _ws_block_n(d), bool(causal), num_buf or WS_NUM_BUF,
                              _ws_pv_overlap(d) if pv_overlap is None else bool(pv_overlap), wg,
-                             persistent),
+                             persistent, q_buffers),
             num_warps=4, maxnreg=maxnreg or _ws_maxnreg(wg))
     return o
 
