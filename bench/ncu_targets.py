@@ -38,10 +38,13 @@ CASES: dict[str, tuple[str, str]] = {
                             "softmax"),
     "attention_bf16_d128_s4096": ("attention forward, bf16, B=4 H=16 S=4096 D=128, not causal "
                                   "(0.72 of cuDNN)", "attn"),
-    "attention_gluon_bf16_d64_s4096": ("the Gluon kernel, bf16, B=4 H=32 S=4096 D=64, not causal "
-                                       "(0.84-0.92 of cuDNN)", "_attn_fwd_ws"),
-    "attention_gluon_bf16_d64_s4096_wg3": ("as attention_gluon_bf16_d64_s4096, three consumer "
-                                           "warpgroups (untimed)", "_attn_fwd_ws"),
+    "attention_gluon_bf16_d64_s4096_causal": ("the Gluon kernel's launch, bf16, B=4 H=32 "
+                                              "S=4096 D=64, causal (0.73 of cuDNN; the Triton "
+                                              "kernel 0.89)", "_attn_fwd_ws"),
+    "attention_gluon_bf16_d64_s4096_causal_persistent": (
+        "as attention_gluon_bf16_d64_s4096_causal, persistent (0.88)", "_attn_fwd_ws"),
+    "attention_gluon_bf16_d64_s1024": ("the Gluon kernel's launch, bf16, B=16 H=32 S=1024 "
+                                       "D=64, not causal, persistent (0.85)", "_attn_fwd_ws"),
 }
 
 #: case-name suffix -> the softmax tuning it adds
@@ -66,10 +69,12 @@ def _case(name: str) -> Callable[[], Any]:
     if name.startswith("attention_gluon"):  # the kernel itself, not attention()'s routing
         from onlinesm.kernels import attention_gluon
 
-        q, k, v = (torch.randn(4, 32, 4096, 64, device="cuda", dtype=torch.bfloat16)
+        s = 1024 if name.endswith("_s1024") else 4096
+        q, k, v = (torch.randn(16384 // s, 32, s, 64, device="cuda", dtype=torch.bfloat16)
                    for _ in range(3))
-        warpgroups = 3 if name.endswith("_wg3") else 2
-        return lambda: attention_gluon.forward(q, k, v, warpgroups=warpgroups)
+        causal = "_causal" in name
+        persistent = True if name.endswith("_persistent") else None  # None: the launch's
+        return lambda: attention_gluon.forward(q, k, v, causal=causal, persistent=persistent)
     os.environ.setdefault("ONLINESM_ATTENTION_CONFIG", "64,64,3,4")
     q, k, v = (torch.randn(4, 16, 4096, 128, device="cuda", dtype=torch.bfloat16) for _ in range(3))
     return lambda: kernels.attention(q, k, v)
