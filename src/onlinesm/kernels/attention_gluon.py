@@ -65,15 +65,15 @@ def _softmax_tile(s, m_i, l_i, j, offs_m, qk_scale_log2,
     return p, alpha, m_new, l_i
 
 
-# FlashAttention-3's schedule: one warp only loads (Q once, then K and V tiles through a ring
-# of shared-memory buffers with TMA, each buffer guarded by a "ready" mbarrier the copy
-# completes and an "empty" one both consumers release), and two warpgroups of 4 warps each own
-# 64 query rows. The two take turns at the tensor cores (two mbarriers, "turn"): a warpgroup
-# issues its Q K^T and the previous tile's P V, hands the turn over, and does its softmax
-# while the other warpgroup's matmuls run. Registers move to the consumers (the producer keeps
-# 24 per thread).
+# FlashAttention-3's schedule: one warp only loads (each query block's Q, then K and V tiles
+# through a ring of shared-memory buffers with TMA, each buffer guarded by a "ready" mbarrier
+# the copy completes and an "empty" one every consumer releases), and two warpgroups of 4
+# warps each (three at D = 64) own 64 query rows. They take turns at the tensor cores (one
+# "turn" mbarrier each): a warpgroup issues its Q K^T and the previous tile's P V, hands the
+# turn over, and does its softmax while the others' matmuls run. Registers move to the
+# consumers (the producer keeps 24 per thread).
 WS_ROWS = 64  # query rows per consumer warpgroup
-WS_BLOCK_M = 2 * WS_ROWS  # query rows per program
+WS_BLOCK_M = 2 * WS_ROWS  # query rows per block of two warpgroups; S must be a multiple
 WS_NUM_BUF = 3  # K/V buffers in the ring (D = 128: 3 x 64 KB + Q's 32 KB of the 227 KB)
 WS_MAXNREG = 168  # 12 warps (3 warpgroups) x 168 = the SM's 64k registers for one program
 # _attn_fwd_ws asks for 240 per thread for the second consumer warpgroup and 24 for the
