@@ -369,8 +369,9 @@ def _bench_ws(seqs: list[int], dims: list[int]) -> None:
                         err = float((attention_gluon.forward(q[:1], k[:1], v[:1], **kw).float()
                                      - ref).abs().max())
                     except Exception as e:  # e.g. 2 Q buffers beside 3 K/V buffers at D = 128
+                        why = (str(e).strip().splitlines() or [""])[0][:120]
                         print(f"| {d} | {s} | {'yes' if causal else 'no'} | {name} | "
-                              f"n/a: {type(e).__name__} | | |", flush=True)
+                              f"n/a: {type(e).__name__}: {why} | | |", flush=True)
                         continue
                     tf = flops / time_ms(lambda: attention_gluon.forward(q, k, v, **kw)) * 1e-9
                     print(f"| {d} | {s} | {'yes' if causal else 'no'} | {name} | {tf:.0f} | "
