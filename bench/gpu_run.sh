@@ -89,11 +89,13 @@ for phase in "$@"; do
       done ;;
     ncu)
       python3 bench/ncu_targets.py --list | grep -E "^(${NCU_CASES:-.*}) " | while read -r case regex; do
-        timeout 240 ncu --clock-control none -k "regex:$regex" --launch-skip 2 --launch-count 1 \
-          --section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats \
-          --section MemoryWorkloadAnalysis python3 bench/ncu_targets.py "$case" > "$OUT/ncu_$case.txt" 2>&1
+        # the third call, inside ncu_targets.py's NVTX range (past compiling and autotuning)
+        timeout 240 ncu --clock-control none -k "regex:$regex" --nvtx --nvtx-include onlinesm_profile/ \
+          --launch-count 1 --section SpeedOfLight --section Occupancy --section LaunchStats \
+          --section WarpStateStats --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis \
+          python3 bench/ncu_targets.py "$case" > "$OUT/ncu_$case.txt" 2>&1
         echo "== ncu $case: rc=$? $((SECONDS - start)) s"
-        grep -a -E "Memory Throughput|DRAM Throughput|Compute \(SM\) Throughput|Achieved Occupancy|Theoretical Occupancy|Registers Per Thread|Block Limit Registers|L2 Hit Rate|Duration|Warp Cycles Per Issued|Stall" "$OUT/ncu_$case.txt" | head -18
+        grep -a -E "No kernels were profiled|Memory Throughput|DRAM Throughput|Compute \(SM\) Throughput|Achieved Occupancy|Theoretical Occupancy|Registers Per Thread|L2 Hit Rate|Duration|Warp Cycles Per Issued|Issue Slots Busy|Stall" "$OUT/ncu_$case.txt" | head -18
         start=$SECONDS
       done ;;
     gluon)

@@ -1,17 +1,16 @@
 """The kernel launches to profile with Nsight Compute, one case per run (a benchmark helper).
 
 What: builds the inputs of one case of the speed tables, calls the kernel three times, and
-exits; ``ncu`` (run by ``bash bench/gpu_run.sh ncu``) profiles the third launch, after the
-compilation and any warm-up. The cases are the rows where the built-in kernels miss their
+exits; ``ncu`` (run by ``bash bench/gpu_run.sh ncu``) profiles the third call, made inside the
+NVTX range ``onlinesm_profile``, after the compilation, any autotuning and a warm-up. The cases are the rows where the built-in kernels miss their
 targets (reports/h200/bench_softmax.md, bench_attention.md), so the profile names the bound.
 
     python bench/ncu_targets.py --list
-    ncu --clock-control none -k regex:softmax --launch-skip 2 --launch-count 1 \\
-        python bench/ncu_targets.py softmax_bf16_12288
+    ncu --clock-control none -k regex:softmax --nvtx --nvtx-include onlinesm_profile/ \\
+        --launch-count 1 python bench/ncu_targets.py softmax_bf16_12288
 
-Needs a CUDA device. The attention case pins its tile config (the autotuner would launch every
-candidate under the profiler): ``64,64,3,4``, the one the bench's autotuner picked at D = 128,
-S = 4096.
+Needs a CUDA device. The D = 128 attention case pins its tile config ``64,64,3,4`` (the one
+the bench's autotuner picked at D = 128, S = 4096); the D = 64 ones autotune, as routed.
 """
 
 from __future__ import annotations
@@ -45,7 +44,15 @@ CASES: dict[str, tuple[str, str]] = {
         "as attention_gluon_bf16_d64_s4096_causal, persistent (0.88)", "_attn_fwd_ws"),
     "attention_gluon_bf16_d64_s1024": ("the Gluon kernel's launch, bf16, B=16 H=32 S=1024 "
                                        "D=64, not causal, persistent (0.85)", "_attn_fwd_ws"),
+    "attention_bf16_d64_s1024_causal": ("attention() as routed (the Triton kernel, autotuned), "
+                                        "bf16, B=16 H=32 S=1024 D=64, causal (0.84)", "attn"),
+    "attention_bf16_d64_s2048": ("attention() as routed (the Triton kernel, autotuned), bf16, "
+                                 "B=8 H=32 S=2048 D=64, not causal (0.91)", "attn"),
 }
+
+#: The NVTX range around the profiled call: ``ncu --nvtx --nvtx-include "onlinesm_profile/"``
+#: skips the compilation's and the autotuner's launches, however many there are.
+PROFILE_RANGE = "onlinesm_profile"
 
 #: case-name suffix -> the softmax tuning it adds
 VARIANTS: dict[str, dict[str, Any]] = {
@@ -75,6 +82,12 @@ def _case(name: str) -> Callable[[], Any]:
         causal = "_causal" in name
         persistent = True if name.endswith("_persistent") else None  # None: the launch's
         return lambda: attention_gluon.forward(q, k, v, causal=causal, persistent=persistent)
+    if name.startswith("attention_bf16_d64"):  # attention() as routed, autotuned
+        s = int(name.split("_")[3][1:])
+        q, k, v = (torch.randn(16384 // s, 32, s, 64, device="cuda", dtype=torch.bfloat16)
+                   for _ in range(3))
+        causal = name.endswith("_causal")
+        return lambda: kernels.attention(q, k, v, causal=causal)
     os.environ.setdefault("ONLINESM_ATTENTION_CONFIG", "64,64,3,4")
     q, k, v = (torch.randn(4, 16, 4096, 128, device="cuda", dtype=torch.bfloat16) for _ in range(3))
     return lambda: kernels.attention(q, k, v)
@@ -92,9 +105,13 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     call = _case(args.case)
-    for _ in range(3):  # compile, warm, then the launch ncu profiles
+    for _ in range(2):  # compile (and autotune), then warm
         call()
     torch.cuda.synchronize()
+    torch.cuda.nvtx.range_push(PROFILE_RANGE)  # the launch ncu profiles: --nvtx-include
+    call()
+    torch.cuda.synchronize()
+    torch.cuda.nvtx.range_pop()
     print(f"{args.case}: {CASES[args.case][0]}: 3 launches done")
     return 0
 
