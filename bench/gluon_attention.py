@@ -333,10 +333,12 @@ def _bench(seqs: list[int], dims: list[int]) -> None:
                       f"{err_ws:.3g} | {err_flash:.3g} |", flush=True)
 
 
-def _bench_ws(seqs: list[int], dims: list[int], shipped_only: bool = False) -> None:
+def _bench_ws(seqs: list[int], dims: list[int], shipped_only: bool = False,
+              causals: tuple[bool, ...] = (False, True)) -> None:
     """Time the warp-specialized kernel's launch candidates (WS_CANDIDATES; ``shipped_only``:
     none) beside its shipped launch and cuDNN, bf16, B*S = 16k, H*D = 2048, each in every
-    WS_SCHEDULES; each checked against SDPA math in float32 (max |error|) first."""
+    WS_SCHEDULES, for each of ``causals``; each checked against SDPA math in float32 (max
+    |error|) first."""
     import torch
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
@@ -348,7 +350,7 @@ def _bench_ws(seqs: list[int], dims: list[int], shipped_only: bool = False) -> N
     for d in dims:
         launches = [(None,) * 5] + [c[1:] for c in WS_CANDIDATES
                                     if c[0] == d and not shipped_only]
-        for causal in (False, True):
+        for causal in causals:
             for s in seqs:
                 b, h = 16384 // s, 2048 // d
                 q, k, v = (torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16)
@@ -402,6 +404,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="time the warp-specialized kernel's WS_CANDIDATES (needs CUDA)")
     ap.add_argument("--shipped-only", action="store_true",
                     help="with --bench-ws: the shipped launch only, in every schedule")
+    ap.add_argument("--causal", choices=("both", "yes", "no"), default="both",
+                    help="with --bench-ws: causal calls, calls without a mask, or both")
     ap.add_argument("--seqs", default="1024,4096,16384")
     ap.add_argument("--dims", default="64,128")
     args = ap.parse_args(argv)
@@ -421,7 +425,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.bench:
         _bench([int(s) for s in args.seqs.split(",")], dims)
     if args.bench_ws:
-        _bench_ws([int(s) for s in args.seqs.split(",")], dims, args.shipped_only)
+        causals = {"both": (False, True), "yes": (True,), "no": (False,)}[args.causal]
+        _bench_ws([int(s) for s in args.seqs.split(",")], dims, args.shipped_only, causals)
     if not (args.offline or args.bench or args.bench_ws):
         ap.print_help()
     return 0
