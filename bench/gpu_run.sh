@@ -115,12 +115,14 @@ for phase in "$@"; do
         echo "== onlinesm check of gluon $fn: rc=$? $((SECONDS - start)) s"; head -1 "$OUT/gluon_check_$fn.txt"; tail -2 "$OUT/gluon_check_$fn.txt"
       done ;;
     gluon_check)
-      # The built-in attention on calls the Gluon kernel takes (S = 4096, no mask, Sq == Sk;
-      # at D = 64 causal ones run the Triton kernel): the property suite through attention().
+      # The built-in attention on calls the Gluon kernel takes (S = 4096, or GLUON_CHECK_MIN_S
+      # to GLUON_CHECK_MAX_S; no mask, Sq == Sk; at D = 64 causal ones run the Triton kernel):
+      # the property suite through attention().
       # Its oracle is float64 on the CPU: about 450 s for the two dtypes.
       ( cd /tmp && timeout 540 python3 -m onlinesm check onlinesm.kernels:attention --op attention \
           --dtypes bfloat16,float16 --head-dims ${GLUON_CHECK_D:-128} --seq-multiple 128 --same-seq --no-mask \
-          --min-seq-q 4096 --max-seq-q 4096 --min-seq-k 4096 --max-seq-k 4096 --max-examples 2 --seed 0 -q ) > "$OUT/gluon_check_builtin.txt" 2>&1
+          --min-seq-q ${GLUON_CHECK_MIN_S:-4096} --max-seq-q ${GLUON_CHECK_MAX_S:-4096} --min-seq-k ${GLUON_CHECK_MIN_S:-4096} \
+          --max-seq-k ${GLUON_CHECK_MAX_S:-4096} --max-examples 2 --seed 0 -q ) > "$OUT/gluon_check_builtin.txt" 2>&1
       echo "== onlinesm check of onlinesm.kernels:attention (the Gluon kernel on): rc=$? $((SECONDS - start)) s"; head -1 "$OUT/gluon_check_builtin.txt"; tail -2 "$OUT/gluon_check_builtin.txt" ;;
     gluon_tune)
       timeout 300 python3 bench/gluon_attention.py --bench-ws ${GLUON_TUNE_ARGS:-} > "$OUT/gluon_tune.log" 2>&1

@@ -472,12 +472,13 @@ def fits(q: Any, k: Any, v: Any, *, mask: Any = None, return_lse: bool = False) 
 
 def pays(q: Any, causal: bool = False) -> bool:
     """Whether the kernel beats the Triton one for q's shape: without causal from S = 1024 at
-    D = 128 and from 4096 at D = 64; causal from 4096 at D = 128 and from 16,384 at D = 64.
-    Measured on the H200 (bf16, of cuDNN): without causal, persistent, 0.87 against 0.73 at
-    D = 128, S = 1024, and 0.93-1.09 against 0.89-0.94 from 4096 (at D = 64, S = 1024 0.85
-    against 0.89); causal, D = 128 0.92-1.02 against 0.76-0.86 (medians of 3), D = 64 1.00
-    against 0.94 at 16,384; shorter causal rows run better on the Triton kernel (D = 64,
-    S = 4096: 0.73-0.88 against 0.89).
+    D = 128 and from 2048 at D = 64; causal from 4096 at D = 128 and from 16,384 at D = 64.
+    Measured on the H200 (bf16, of cuDNN): without causal, persistent, 0.83-0.87 against 0.73
+    at D = 128, S = 1024, 0.98 against 0.91 at D = 64, S = 2048, and 0.93-1.09 against
+    0.89-0.94 from 4096 (at D = 64, S = 1024 0.83-0.85 against 0.88); causal, D = 128
+    0.92-1.02 against 0.76-0.86 (medians of 3), D = 64 1.00 against 0.94 at 16,384; shorter
+    causal rows run better on the Triton kernel (D = 64, S = 1024-4096: at best 0.80 / 0.84 /
+    0.84, in two warpgroups, persistent, against 0.84 / 0.91 / 0.89).
 
     >>> pays(torch.empty(1, 16, 4096, 128))  # doctest: +SKIP
     True
@@ -485,7 +486,7 @@ def pays(q: Any, causal: bool = False) -> bool:
     d, s = q.shape[-1], q.shape[-2]
     if causal:
         return s >= (4096 if d == 128 else 16384)
-    return s >= (1024 if d == 128 else 4096)
+    return s >= (1024 if d == 128 else 2048)
 
 
 def forward(q: Any, k: Any, v: Any, *, causal: bool = False, scale: float | None = None,
