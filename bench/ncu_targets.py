@@ -41,9 +41,9 @@ CASES: dict[str, tuple[str, str]] = {
                                               "S=4096 D=64, causal (0.73 of cuDNN; the Triton "
                                               "kernel 0.89)", "_attn_fwd_ws"),
     "attention_gluon_bf16_d64_s4096_causal_persistent": (
-        "as attention_gluon_bf16_d64_s4096_causal, persistent (0.88)", "_attn_fwd_ws"),
+        "as attention_gluon_bf16_d64_s4096_causal, persistent (0.80-0.88)", "_attn_fwd_ws"),
     "attention_gluon_bf16_d64_s1024": ("the Gluon kernel's launch, bf16, B=16 H=32 S=1024 "
-                                       "D=64, not causal, persistent (0.85)", "_attn_fwd_ws"),
+                                       "D=64, not causal, persistent (0.83-0.85)", "_attn_fwd_ws"),
     "attention_bf16_d64_s1024_causal": ("attention() as routed (the Triton kernel, autotuned), "
                                         "bf16, B=16 H=32 S=1024 D=64, causal (0.84)", "attn"),
     "attention_bf16_d64_s2048": ("attention() as routed (the Triton kernel, autotuned), bf16, "

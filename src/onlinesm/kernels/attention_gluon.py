@@ -502,8 +502,9 @@ def forward(q: Any, k: Any, v: Any, *, causal: bool = False, scale: float | None
     overlap, on at D = 128) and ``warpgroups`` (consumers of 64 query rows: 2, or 3 with 128
     registers each, the launch at D = 64) and ``persistent`` (one program per SM walking the
     query blocks, instead of one program per block; ``programs`` of them instead, for tests;
-    ``q_buffers=2``: the next block's Q loads during this one, untimed) override the measured
-    launch (for the bench's candidates: ``bench/gluon_attention.py --bench-ws``).
+    ``q_buffers=2``: the next block's Q loads during this one; 0-6% faster causal, not
+    shipped) override the measured launch (for the bench's candidates:
+    ``bench/gluon_attention.py --bench-ws``).
 
     >>> o = forward(q, k, v, causal=True)  # doctest: +SKIP
     """
