@@ -2,8 +2,9 @@
 
 What: builds the inputs of one case of the speed tables, calls the kernel three times, and
 exits; ``ncu`` (run by ``bash bench/gpu_run.sh ncu``) profiles the third call, made inside the
-NVTX range ``onlinesm_profile``, after the compilation, any autotuning and a warm-up. The cases are the rows where the built-in kernels miss their
-targets (reports/h200/bench_softmax.md, bench_attention.md), so the profile names the bound.
+NVTX range ``onlinesm_profile``, after the compilation, any autotuning and a warm-up. The
+cases are the rows where the built-in kernels miss their targets
+(reports/h200/bench_softmax.md, bench_attention.md), so the profile names the bound.
 
     python bench/ncu_targets.py --list
     ncu --clock-control none -k regex:softmax --nvtx --nvtx-include onlinesm_profile/ \\
@@ -46,8 +47,8 @@ CASES: dict[str, tuple[str, str]] = {
                                        "D=64, not causal, persistent (0.83-0.85)", "_attn_fwd_ws"),
     "attention_bf16_d64_s1024_causal": ("attention() as routed (the Triton kernel, autotuned), "
                                         "bf16, B=16 H=32 S=1024 D=64, causal (0.84)", "attn"),
-    "attention_bf16_d64_s2048": ("attention() as routed (the Triton kernel, autotuned), bf16, "
-                                 "B=8 H=32 S=2048 D=64, not causal (0.91)", "attn"),
+    "attention_bf16_d64_s1024": ("attention() as routed (the Triton kernel, autotuned), bf16, "
+                                 "B=16 H=32 S=1024 D=64, not causal (0.87)", "attn"),
 }
 
 #: The NVTX range around the profiled call: ``ncu --nvtx --nvtx-include "onlinesm_profile/"``
@@ -112,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     call()
     torch.cuda.synchronize()
     torch.cuda.nvtx.range_pop()
-    print(f"{args.case}: {CASES[args.case][0]}: 3 launches done")
+    print(f"{args.case}: {CASES[args.case][0]}: 3 calls done")
     return 0
 
 
