@@ -12,12 +12,12 @@ epilogue.
 
 Why: the Triton kernel (attention.py) cannot overlap a tile's softmax with matmuls (Triton
 waits for a wgmma at once when its result feeds anything but another wgmma), which held it at
-0.72-0.86 of cuDNN at D = 128. This one reaches 0.92-1.02 there on an H200 (medians of 3,
-S >= 4096), and 1.00-1.09 at D = 64 (S >= 4096 without causal, 16k causal;
+0.72-0.86 of cuDNN at D = 128. This one reaches 0.92-1.04 there on an H200 (medians of 3,
+S >= 4096, bf16 and fp16), and 0.98-1.09 at D = 64 (S >= 2048 without causal, 16k causal;
 reports/h200/bench_attention.md).
 
 Status: on by default. ``attention()`` runs it for the calls it covers (:func:`fits`) where it
-is the faster kernel (:func:`pays`: from S = 1024 at D = 128 and 4096 at D = 64 without
+is the faster kernel (:func:`pays`: from S = 1024 at D = 128 and 2048 at D = 64 without
 causal, from 4096 and 16k causal), unless
 ``ONLINESM_ATTENTION_GLUON=0`` (``use_gluon(False)``) or a pinned Triton config
 (``ONLINESM_ATTENTION_CONFIG``) says otherwise. Its oracle tests and ``onlinesm check``
@@ -73,7 +73,7 @@ def _softmax_tile(s, m_i, l_i, j, offs_m, qk_scale_log2,
 # turn over, and does its softmax while the others' matmuls run. Registers move to the
 # consumers (the producer keeps 24 per thread).
 WS_ROWS = 64  # query rows per consumer warpgroup
-WS_BLOCK_M = 2 * WS_ROWS  # query rows per block of two warpgroups; S must be a multiple
+WS_BLOCK_M = 2 * WS_ROWS  # query rows per block of two warpgroups: S must be a multiple of it
 WS_NUM_BUF = 3  # K/V buffers in the ring (D = 128: 3 x 64 KB + Q's 32 KB of the 227 KB)
 WS_MAXNREG = 168  # 12 warps (3 warpgroups) x 168 = the SM's 64k registers for one program
 # _attn_fwd_ws asks for 240 per thread for the second consumer warpgroup and 24 for the
