@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 from typing import Any, Callable
 
@@ -74,21 +75,17 @@ def _case(name: str) -> Callable[[], Any]:
         n, tuning = int(n_text), VARIANTS[variant[0]] if variant else None
         x = torch.randn(int(0.5e9 / (n * 2)), n, device="cuda", dtype=torch.bfloat16)
         return lambda: kernels.softmax(x, tuning=tuning)
-    if name.startswith("attention_gluon"):  # the kernel itself, not attention()'s routing
-        from onlinesm.kernels import attention_gluon
-
-        s = 1024 if name.endswith("_s1024") else 4096
+    if "_d64_" in name:  # the bench's rows: B * S = 16k, H = 32, D = 64
+        s = int(re.search(r"_s(\d+)", name).group(1))
         q, k, v = (torch.randn(16384 // s, 32, s, 64, device="cuda", dtype=torch.bfloat16)
                    for _ in range(3))
         causal = "_causal" in name
-        persistent = True if name.endswith("_persistent") else None  # None: the launch's
-        return lambda: attention_gluon.forward(q, k, v, causal=causal, persistent=persistent)
-    if name.startswith("attention_bf16_d64"):  # attention() as routed, autotuned
-        s = int(name.split("_")[3][1:])
-        q, k, v = (torch.randn(16384 // s, 32, s, 64, device="cuda", dtype=torch.bfloat16)
-                   for _ in range(3))
-        causal = name.endswith("_causal")
-        return lambda: kernels.attention(q, k, v, causal=causal)
+        if name.startswith("attention_gluon"):  # the kernel itself, not attention()'s routing
+            from onlinesm.kernels import attention_gluon
+
+            persistent = True if name.endswith("_persistent") else None  # None: the launch's
+            return lambda: attention_gluon.forward(q, k, v, causal=causal, persistent=persistent)
+        return lambda: kernels.attention(q, k, v, causal=causal)  # as routed, autotuned
     os.environ.setdefault("ONLINESM_ATTENTION_CONFIG", "64,64,3,4")
     q, k, v = (torch.randn(4, 16, 4096, 128, device="cuda", dtype=torch.bfloat16) for _ in range(3))
     return lambda: kernels.attention(q, k, v)
