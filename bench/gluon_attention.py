@@ -234,23 +234,26 @@ WS_CANDIDATES = (
     (64, 128, 3, 168, False, 2), (64, 128, 3, 128, True, 3), (64, 64, 4, 128, False, 3),
     (128, 64, 2, 128, False, 3),
 )
-#: How --bench-ws runs each launch, as (persistent, Q buffers): one program per query block;
-#: persistent (one per SM walking blocks; causal: every head's longest blocks first, every
-#: other round reversed); persistent with the next block's Q loaded during this one (D = 128
-#: fits two Q buffers only beside two K/V buffers).
-WS_SCHEDULES = ((False, 1), (True, 1), (True, 2))
+#: How --bench-ws runs each launch, as (persistent, Q buffers, dynamic): one program per query
+#: block; persistent (one per SM walking blocks; causal: every head's longest blocks first,
+#: every other round reversed); persistent with the next block's Q loaded during this one
+#: (D = 128 fits two Q buffers only beside two K/V buffers); persistent taking the next block
+#: from a counter (in the order of one program per block), with one or two Q buffers.
+WS_SCHEDULES = ((False, 1, False), (True, 1, False), (True, 2, False), (True, 1, True),
+                (True, 2, True))
 
 
 def compile_offline(head_d: int, causal: bool, block_n: int | None = None,
                     overlap_pv: bool | None = None, ws: bool = False, num_buf: int | None = None,
                     maxnreg: int | None = None, warpgroups: int | None = None,
-                    persistent: bool | None = None, q_buffers: int = 1) -> dict[str, Any]:
+                    persistent: bool | None = None, q_buffers: int = 1,
+                    dynamic: bool | None = None, seq: int = 4096) -> dict[str, Any]:
     """Compile for sm_90a without a GPU; ``{"registers", "spill_bytes", "shared",
     "serialized"}`` from ``ptxas -v`` (serialized: ptxas's C7514, wgmma run one by one).
     ``ws``: the warp-specialized kernel (``num_buf``, ``maxnreg`` and ``overlap_pv``, its
     ``pv_overlap``: as its ``forward``, None the shipped launch's; ``warpgroups``: its
-    consumers, 2 or 3, and ``persistent``: None the shipped launch's; ``q_buffers``: as
-    its ``forward``)."""
+    consumers, 2 or 3, and ``persistent`` and ``dynamic``: None the shipped launch's at
+    sequence length ``seq``; ``q_buffers``: as its ``forward``)."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
@@ -263,14 +266,18 @@ def compile_offline(head_d: int, causal: bool, block_n: int | None = None,
                                   num_buf or ag.WS_NUM_BUF,
                                   ag._ws_pv_overlap(head_d) if overlap_pv is None else overlap_pv,
                                   warpgroups,
-                                  ag._ws_persistent(head_d, causal) if persistent is None
-                                  else persistent, q_buffers)
+                                  bool(dynamic) or (ag._ws_persistent(head_d, causal, seq)
+                                                    if persistent is None else persistent),
+                                  q_buffers,
+                                  ag._ws_dynamic(head_d, causal, seq) if dynamic is None
+                                  and persistent is None else bool(dynamic))
         options = dict(num_warps=4, maxnreg=maxnreg or ag._ws_maxnreg(warpgroups))
     else:
         const = _constexprs(head_d, block_n or _block_n(head_d), causal, bool(overlap_pv))
         options = dict(num_warps=NUM_WARPS)
     names = list(fn.arg_names)
-    signature = {n: ("*bf16" if n.endswith("_ptr") else "constexpr" if n in const
+    signature = {n: ("*i32" if n == "counter_ptr" else "*bf16" if n.endswith("_ptr")
+                     else "constexpr" if n in const
                      else "fp32" if n == "qk_scale_log2" else "i32") for n in names}
     attrs = {(names.index(n),): [["tt.divisibility", 16]]
              for n in names if n.endswith("_ptr") or n == "seq"}
@@ -280,6 +287,7 @@ def compile_offline(head_d: int, causal: bool, block_n: int | None = None,
     return dict(head_d=head_d, causal=causal, block_n=const["BLOCK_N"],
                 num_buf=const["NUM_BUF"], maxnreg=options.get("maxnreg"),
                 warpgroups=const.get("NUM_WG", 2), persistent=bool(const.get("PERSISTENT")),
+                dynamic=const.get("PERSISTENT") == ag._DYNAMIC.value,
                 q_buffers=const.get("Q_BUFS", 1),
                 pv_overlap=bool(const.get("PV_OVERLAP", const.get("OVERLAP_PV"))),
                 registers=r["registers"], spill_bytes=r["spill_bytes"], shared=r["shared"],
@@ -334,11 +342,12 @@ def _bench(seqs: list[int], dims: list[int]) -> None:
 
 
 def _bench_ws(seqs: list[int], dims: list[int], shipped_only: bool = False,
-              causals: tuple[bool, ...] = (False, True)) -> None:
+              causals: tuple[bool, ...] = (False, True),
+              schedules: tuple[tuple[bool, int, bool], ...] = WS_SCHEDULES) -> None:
     """Time the warp-specialized kernel's launch candidates (WS_CANDIDATES; ``shipped_only``:
     none) beside its shipped launch and cuDNN, bf16, B*S = 16k, H*D = 2048, each in every
-    WS_SCHEDULES, for each of ``causals``; each checked against SDPA math in float32 (max
-    |error|) first."""
+    one of ``schedules``, for each of ``causals``; each checked against SDPA math in float32
+    (max |error|) first."""
     import torch
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
@@ -359,15 +368,16 @@ def _bench_ws(seqs: list[int], dims: list[int], shipped_only: bool = False,
                 ref = sdpa(q[:1].float(), k[:1].float(), v[:1].float(), is_causal=causal)
                 with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
                     cudnn = flops / time_ms(lambda: sdpa(q, k, v, is_causal=causal)) * 1e-9
-                for (bn, nb, reg, overlap, wg), (persistent, qb) in itertools.product(
-                        launches, WS_SCHEDULES):
+                for (bn, nb, reg, overlap, wg), (persistent, qb, dyn) in itertools.product(
+                        launches, schedules):
                     kw = dict(causal=causal, block_n=bn, num_buf=nb, maxnreg=reg,
                               pv_overlap=overlap, warpgroups=wg, persistent=persistent,
-                              q_buffers=qb)
+                              q_buffers=qb, dynamic=dyn)
                     name = ("shipped" if bn is None else (
                         f"{bn}, {nb}, {reg}" + (", P V overlap" if overlap else "")
                         + (f", {wg} warpgroups" if wg != 2 else ""))) + (
-                        ", persistent" if persistent else "") + (", 2 Q" if qb == 2 else "")
+                        ", persistent" if persistent else "") + (
+                        (", counter" if dyn else "")) + (", 2 Q" if qb == 2 else "")
                     try:
                         err = float((attention_gluon.forward(q[:1], k[:1], v[:1], **kw).float()
                                      - ref).abs().max())
@@ -406,6 +416,11 @@ def main(argv: list[str] | None = None) -> int:
                     help="with --bench-ws: the shipped launch only, in every schedule")
     ap.add_argument("--causal", choices=("both", "yes", "no"), default="both",
                     help="with --bench-ws: causal calls, calls without a mask, or both")
+    ap.add_argument("--schedules", default=None,
+                    help="with --bench-ws: which of WS_SCHEDULES, by position (e.g. 0,3,4)")
+    ap.add_argument("--dynamic", action="store_true",
+                    help="with --offline --ws: the persistent launch taking blocks from a "
+                         "counter, causal or not")
     ap.add_argument("--seqs", default="1024,4096,16384")
     ap.add_argument("--dims", default="64,128")
     args = ap.parse_args(argv)
@@ -419,14 +434,18 @@ def main(argv: list[str] | None = None) -> int:
     elif args.offline:
         for d in dims:
             for causal in (False, True):
-                r = compile_offline(d, causal, overlap_pv=args.overlap_pv or None, ws=args.ws)
+                r = compile_offline(d, causal, overlap_pv=args.overlap_pv or None, ws=args.ws,
+                                    dynamic=True if args.dynamic else None)
                 _print_compiled(r, f"{'ws ' if args.ws else ''}D={d} causal={causal} "
                                    f"BLOCK_N={r['block_n']}", args.json)
     if args.bench:
         _bench([int(s) for s in args.seqs.split(",")], dims)
     if args.bench_ws:
         causals = {"both": (False, True), "yes": (True,), "no": (False,)}[args.causal]
-        _bench_ws([int(s) for s in args.seqs.split(",")], dims, args.shipped_only, causals)
+        schedules = WS_SCHEDULES if args.schedules is None else tuple(
+            WS_SCHEDULES[int(i)] for i in args.schedules.split(","))
+        _bench_ws([int(s) for s in args.seqs.split(",")], dims, args.shipped_only, causals,
+                  schedules)
     if not (args.offline or args.bench or args.bench_ws):
         ap.print_help()
     return 0

@@ -341,11 +341,25 @@ def test_the_gluon_candidate_compiles_without_spills_or_serialised_wgmma():
     ws = _gluon_offline("--ws")  # warp-specialized: 12 warps at 168 registers fill the SM
     assert len(ws) == 4 and all(r["block_n"] == 128 for r in ws)
     assert [r["warpgroups"] for r in ws if r["head_d"] == 64] == [3, 3]  # D = 64: 3 consumers
-    assert [r["persistent"] for r in ws] == [not r["causal"] for r in ws]  # the shipped launches
+    # the shipped launches (at S = 4096): persistent without causal, and causal at D = 128
+    # with its blocks from the counter
+    assert [r["persistent"] for r in ws] == [not r["causal"] or r["head_d"] == 128 for r in ws]
+    assert [r["dynamic"] for r in ws] == [r["causal"] and r["head_d"] == 128 for r in ws]
     for r in rows + ws:
         assert r["spill_bytes"] == 0 and not r["serialized"], r
         assert r["registers"] <= 255 and r["shared"] <= 227 * 1024, r
     assert all(r["registers"] <= 168 for r in ws), ws
+
+
+def test_the_gluon_ws_launches_from_the_counter_compile_and_fit():
+    # Every persistent launch taking its blocks from the counter (--bench-ws times them all)
+    # fits in shared memory with the block numbers' words; D = 128's, shipped causal, spills
+    # nothing (three warpgroups at D = 64, causal, spill 68-116 bytes: not shipped).
+    rows = _gluon_offline("--ws", "--dynamic")
+    assert len(rows) == 4 and all(r["dynamic"] and r["persistent"] for r in rows), rows
+    for r in rows:
+        assert r["shared"] <= 227 * 1024 and not r["serialized"], r
+        assert r["head_d"] == 64 or r["spill_bytes"] == 0, r
 
 
 def test_the_gluon_ws_launch_candidates_compile_without_spills():
@@ -438,19 +452,23 @@ def test_gpu_gluon_ws_launch_candidates_match_oracle(causal: bool):
 def test_gpu_gluon_ws_persistent_launch_matches_oracle(causal: bool, d: int):
     # Persistent: 3 programs walk 2 x 3 heads' query blocks of unequal length (causal: in
     # rounds, every other one reversed), so the ring of K/V buffers, the turns and Q's
-    # barriers run on from block to block; with one Q buffer and with two in turn.
+    # barriers run on from block to block; with one Q buffer and with two in turn; and
+    # taking blocks from the counter (dynamic), whichever program is free first.
     g = _gluon_module()
     q, k, v = _inputs((2, 3, 1024, d), (2, 3, 1024, d), torch.bfloat16, seed=d)
     o_ref, _, o_tol, _ = _bounds(q * 8, k, v, torch.bfloat16, causal=causal)
-    for wg, q_buffers in itertools.product((2, 3) if d == 64 else (2,), (1, 2)):
+    for wg, q_buffers, dynamic in itertools.product((2, 3) if d == 64 else (2,), (1, 2),
+                                                    (False, True)):
         num_buf = 2 if d == 128 and q_buffers == 2 else None  # 2 Q + 3 K/V: too much smem
         o = g.attention_gluon.forward(q * 8, k, v, causal=causal, warpgroups=wg,
                                       persistent=True, programs=3, q_buffers=q_buffers,
-                                      num_buf=num_buf)
+                                      num_buf=num_buf, dynamic=dynamic)
         err = np.abs(to_numpy(o).astype(np.float64) - o_ref)
-        assert np.all(err <= o_tol), (d, wg, q_buffers, float(err.max()))
+        assert np.all(err <= o_tol), (d, wg, q_buffers, dynamic, float(err.max()))
     with pytest.raises(ValueError, match="q_buffers=2 is not supported"):
         g.attention_gluon.forward(q, k, v, causal=causal, persistent=False, q_buffers=2)
+    with pytest.raises(ValueError, match="dynamic=True needs persistent programs"):
+        g.attention_gluon.forward(q, k, v, causal=causal, persistent=False, dynamic=True)
 
 
 # ---- the opt-in Gluon kernel (kernels/attention_gluon.py) behind attention() ----
@@ -470,17 +488,21 @@ def test_the_gluon_kernel_says_why_a_call_is_not_its_own():
     assert "D of 64 or 128" in ag.fits(*(torch.zeros(1, 2, 128, 96, dtype=torch.bfloat16),) * 3)
     assert "CUDA" in ag.fits(q, q, q)
     assert "non-empty" in ag.fits(*(q[:0],) * 3)
-    # where it pays (measured on the H200): D = 128 from S = 1024 (causal 4096), D = 64 from
+    # where it pays (measured on the H200): D = 128 from S = 1024 (causal 2048), D = 64 from
     # 2048 (causal 16k)
     assert ag.pays(torch.zeros(1, 1, 1024, 128)) and not ag.pays(torch.zeros(1, 1, 512, 128))
     assert ag.pays(torch.zeros(1, 1, 2048, 64)) and not ag.pays(torch.zeros(1, 1, 1024, 64))
-    assert ag.pays(torch.zeros(1, 1, 4096, 128), causal=True)
-    assert not ag.pays(torch.zeros(1, 1, 2048, 128), causal=True)
+    assert ag.pays(torch.zeros(1, 1, 2048, 128), causal=True)
+    assert not ag.pays(torch.zeros(1, 1, 1024, 128), causal=True)
     assert ag.pays(torch.zeros(1, 1, 16384, 64), causal=True)
     assert not ag.pays(torch.zeros(1, 1, 8192, 64), causal=True)
-    # the launch: three consumer warpgroups at D = 64, two at D = 128; persistent without causal
+    # the launch: three consumer warpgroups at D = 64, two at D = 128; persistent without
+    # causal, and causal at D = 128 below 16k with blocks from the counter
     assert (ag._ws_warpgroups(64), ag._ws_warpgroups(128)) == (3, 2)
-    assert ag._ws_persistent(64, False) and not ag._ws_persistent(128, True)
+    assert ag._ws_persistent(64, False, 4096) and not ag._ws_persistent(64, True, 4096)
+    assert ag._ws_dynamic(128, True, 8192) and ag._ws_persistent(128, True, 8192)
+    assert not ag._ws_dynamic(128, True, 16384) and not ag._ws_persistent(128, True, 16384)
+    assert not ag._ws_dynamic(128, False, 4096) and not ag._ws_dynamic(64, True, 4096)
     with pytest.raises(ValueError, match="the Gluon attention kernel needs q, k, v of one shape"):
         ag.forward(q[:, :, :100], q, q)
 
@@ -603,8 +625,8 @@ def test_gpu_use_gluon_runs_the_calls_it_covers(dtype: Any, causal: bool, d: int
     monkeypatch.delenv("ONLINESM_ATTENTION_CONFIG")  # this file pins Triton tiles: unpin
     try:
         assert kernels.use_gluon(True)
-        # the shortest rows it takes: D = 64 from 2048 (causal 16k), D = 128 from 1024 (4096)
-        seq = (16384 if causal else 2048) if d == 64 else (4096 if causal else 1024)
+        # the shortest rows it takes: D = 64 from 2048 (causal 16k), D = 128 from 1024 (2048)
+        seq = (16384 if causal else 2048) if d == 64 else (2048 if causal else 1024)
         shape = (1, 1 if seq > 4096 else 2, seq, d)
         q, k, v = _inputs(shape, shape, dtype, seed=7)
         o = attention(q * 8, k, v, causal=causal)

@@ -8,7 +8,8 @@ warpgroups of 4 warps each (three at D = 64) own 64 query rows and take turns at
 cores: one issues its Q K^T and the previous tile's P V, hands the turn over, and does its
 softmax while the others' matmuls run. Without causal the launch is persistent: one program
 per SM walks query blocks, the producer loading the next block's tiles during the last one's
-epilogue.
+epilogue; causal at D = 128 below S = 16k too, taking each next block from a counter in
+global memory (blocks differ in length there), and otherwise one program per block.
 
 Why: the Triton kernel (attention.py) cannot overlap a tile's softmax with matmuls (Triton
 waits for a wgmma at once when its result feeds anything but another wgmma), which held it at
@@ -18,7 +19,7 @@ reports/h200/bench_attention.md).
 
 Status: on by default. ``attention()`` runs it for the calls it covers (:func:`fits`) where it
 is the faster kernel (:func:`pays`: from S = 1024 at D = 128 and 2048 at D = 64 without
-causal, from 4096 and 16k causal), unless
+causal, from 2048 and 16k causal), unless
 ``ONLINESM_ATTENTION_GLUON=0`` (``use_gluon(False)``) or a pinned Triton config
 (``ONLINESM_ATTENTION_CONFIG``) says otherwise. Its oracle tests and ``onlinesm check``
 through ``attention()`` pass on the H200.
@@ -46,6 +47,16 @@ __all__ = ["fits", "pays", "forward", "WS_BLOCK_M"]
 
 #: TMA from global to shared memory (renamed async_load after triton 3.6)
 _tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
+#: A barrier of the partition's warps (renamed barrier after triton 3.6)
+_partition_barrier = getattr(gl, "thread_barrier", None) or gl.barrier
+
+#: How a launch walks its query blocks (the kernel's PERSISTENT): one program per block; one
+#: program per SM taking blocks i, i + P, i + 2P, ... of P programs; or one per SM taking the
+#: next block from a counter in global memory, so that a program that finishes early takes
+#: more (FlashAttention-3's dynamic tile scheduler, for causal blocks of unequal length).
+_ONE_PER_BLOCK = gl.constexpr(0)
+_STATIC = gl.constexpr(1)
+_DYNAMIC = gl.constexpr(2)
 
 
 @gluon.jit
@@ -90,11 +101,13 @@ def _ws_block(work, seq, n_blocks, n_work, ROWS: gl.constexpr, BLOCK_N: gl.const
     blocks of every head first: a program takes every P-th block, and in a head's own order
     some programs would take only long blocks and others only short ones; and every other
     round of P blocks in reverse (program p takes the p-th longest of one round, then the
-    p-th shortest of the next), so that no program takes the longest of every round."""
+    p-th shortest of the next), so that no program takes the longest of every round. Handed
+    out by the counter (``PERSISTENT == _DYNAMIC``), blocks keep the first order: the one the
+    GPU's own scheduler gives one program per block, whose balance the counter keeps."""
     n_heads = n_work // n_blocks
     head = work // n_blocks
     block = work % n_blocks
-    if CAUSAL and PERSISTENT:
+    if CAUSAL and PERSISTENT == _STATIC:
         programs = gl.num_programs(0)
         rnd = work // programs
         # odd rounds reversed, all but a last partial one (work -> a permutation of 0..n-1)
@@ -122,9 +135,8 @@ def _ws_producer(smem, bars, ptrs, seq, n_blocks, n_work, WG: gl.constexpr,
                  PERSISTENT: gl.constexpr):
     """The load warp: for each of the program's query blocks, Q of every consumer warpgroup,
     then K and V of every key tile, by TMA."""
-    q_smem, k_smem, v_smem = smem
     q_bar, q_empty, ready, empty, turn = bars
-    q_ptr, k_ptr, v_ptr, o_ptr, qk_scale_log2 = ptrs
+    q_ptr, k_ptr, v_ptr, o_ptr, qk_scale_log2, counter_ptr = ptrs
     # Descriptors of the [B * H * S, D] views, made once on the device (they need the global
     # scratch that triton.set_allocator provides). Key tiles never cross a head (S % 128 ==
     # 0); Q rows past S (a last block of 3 x 64 rows) read the next head's or zeros, and
@@ -136,7 +148,31 @@ def _ws_producer(smem, bars, ptrs, seq, n_blocks, n_work, WG: gl.constexpr,
                                         SMEM)
     v_desc = tma.make_tensor_descriptor(v_ptr, [rows, HEAD_D], [HEAD_D, 1], [BLOCK_N, HEAD_D],
                                         SMEM)
-    if PERSISTENT:  # blocks i, i + P, ...: the ring and Q's phase run on across blocks
+    if PERSISTENT == _DYNAMIC:  # blocks from the counter, until it passes n_work
+        g = 0  # K/V tiles loaded so far: the ring's position
+        it = 0  # query blocks so far: Q's phase
+        work = _ws_lane0(_ws_take_work(counter_ptr))
+        while work < n_work:
+            # The next block is taken now, and its number read only after this block's loads
+            # are issued: the atomic's round trip hides under them (FlashAttention-3's
+            # scheduler prefetches the same way).
+            taken = _ws_take_work(counter_ptr)
+            n_tiles = _ws_produce_block(work, g, it, q_desc, k_desc, v_desc, smem, bars, seq,
+                                        n_blocks, n_work, ROWS, BLOCK_N, NUM_BUF, CAUSAL,
+                                        NUM_WG, PERSISTENT)
+            g += n_tiles
+            it += 1
+            work = _ws_lane0(taken)
+        # No block left: tell the consumers through the next Q slot (a plain arrive completes
+        # its phase, as no copy is expected), with n_work for the block number.
+        q_smem, k_smem, v_smem, work_smem = smem
+        q_bar, q_empty, ready, empty, turn = bars
+        Q_BUFS: gl.constexpr = q_smem.shape[0] // NUM_WG
+        slot = it % Q_BUFS
+        mbarrier.wait(q_empty.index(slot), ((it // Q_BUFS) & 1) ^ 1)
+        _ws_publish_work(work_smem, slot, n_work)
+        mbarrier.arrive(q_bar.index(slot), count=1)
+    elif PERSISTENT:  # blocks i, i + P, ...: the ring and Q's phase run on across blocks
         g = 0  # K/V tiles loaded so far: the ring's position
         it = 0  # query blocks so far: Q's phase
         for work in range(gl.program_id(0), n_work, gl.num_programs(0)):
@@ -156,7 +192,7 @@ def _ws_produce_block(work, g, it, q_desc, k_desc, v_desc, smem, bars, seq, n_bl
                       CAUSAL: gl.constexpr, NUM_WG: gl.constexpr, PERSISTENT: gl.constexpr):
     """Loads of query block ``work``, the program's block number ``it``, whose first key
     tile takes the ring's place ``g``; returns its key tiles."""
-    q_smem, k_smem, v_smem = smem
+    q_smem, k_smem, v_smem, work_smem = smem
     q_bar, q_empty, ready, empty, turn = bars
     Q_BUFS: gl.constexpr = q_smem.shape[0] // NUM_WG  # Q of one block, or of two in turn
     slot = it % Q_BUFS
@@ -165,6 +201,8 @@ def _ws_produce_block(work, g, it, q_desc, k_desc, v_desc, smem, bars, seq, n_bl
     # Q's buffers are free once every consumer has the last scores of the block that used
     # them before (mbarriers start with phase 1 complete, so the first pass does not wait).
     mbarrier.wait(q_empty.index(slot), ((it // Q_BUFS) & 1) ^ 1)
+    if PERSISTENT == _DYNAMIC:  # the consumers learn the block number with its Q
+        _ws_publish_work(work_smem, slot, work)
     mbarrier.expect(q_bar.index(slot), NUM_WG * q_desc.block_type.nbytes)
     for w in gl.static_range(NUM_WG):
         _tma_load(q_desc, [head_row + start_m + w * ROWS, 0], q_bar.index(slot),
@@ -177,6 +215,43 @@ def _ws_produce_block(work, g, it, q_desc, k_desc, v_desc, smem, bars, seq, n_bl
         _tma_load(k_desc, [head_row + j * BLOCK_N, 0], ready.index(b), k_smem.index(b))
         _tma_load(v_desc, [head_row + j * BLOCK_N, 0], ready.index(b), v_smem.index(b))
     return n_tiles
+
+
+@gluon.jit
+def _ws_take_work(counter_ptr):
+    """The next query block of a launch scheduled by the counter (PERSISTENT == _DYNAMIC):
+    one atomic add by lane 0 of the load warp (relaxed: the counter orders nothing else),
+    returned in flight, as lane 0's element of a warp's vector (see _ws_lane0)."""
+    LANES: gl.constexpr = gl.BlockedLayout([1], [32], [1], [0])
+    lane = gl.arange(0, 32, layout=LANES)
+    return gl.atomic_add(counter_ptr + lane * 0, gl.full([32], 1, gl.int32, LANES),
+                         mask=lane == 0, sem="relaxed")
+
+
+@gluon.jit
+def _ws_lane0(taken):
+    """_ws_take_work's block number, in every lane (waits for the atomic's answer)."""
+    lane = gl.arange(0, 32, layout=taken.type.layout)
+    return gl.max(gl.where(lane == 0, taken, 0), axis=0)
+
+
+@gluon.jit
+def _ws_publish_work(work_smem, slot, work):
+    """The load warp writes the block number of Q slot ``slot`` where the consumers read it
+    (_ws_read_work), before the arrive on that slot's barrier that orders the write."""
+    WORDS: gl.constexpr = gl.BlockedLayout([4], [32], [1], [0])
+    work_smem.index(slot).store(gl.full([128], work, gl.int32, WORDS))
+    _partition_barrier()  # every lane's write is done before lane 0 arrives
+
+
+@gluon.jit
+def _ws_read_work(work_smem, q_bar, it, Q_BUFS: gl.constexpr):
+    """A consumer warpgroup's next block number (the program's block ``it``; n_work once
+    none is left), once its Q slot's barrier has completed."""
+    WORDS: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
+    slot = it % Q_BUFS
+    mbarrier.wait(q_bar.index(slot), (it // Q_BUFS) & 1)
+    return gl.max(work_smem.index(slot).load(WORDS), axis=0)
 
 
 @gluon.jit
@@ -228,7 +303,21 @@ def _ws_consumer(smem, bars, ptrs, seq, n_blocks, n_work, WG: gl.constexpr,
     warpgroups'. In a block of n_tiles key tiles each warpgroup takes n_tiles + 1 turns: tile
     0's scores; tile j's scores with tile j - 1's P V; the last P V. The NUM_WG warpgroups
     take their turns round-robin, and the ring and the turns run on from block to block."""
-    if PERSISTENT:  # blocks i, i + P, ...: the ring and the turns run on across blocks
+    if PERSISTENT == _DYNAMIC:  # the blocks the load warp took from the counter
+        q_smem, k_smem, v_smem, work_smem = smem
+        q_bar, q_empty, ready, empty, turn = bars
+        Q_BUFS: gl.constexpr = q_smem.shape[0] // NUM_WG
+        g = 0  # K/V tiles consumed so far: the ring's position
+        it = 0  # query blocks so far; this warpgroup's turns so far are g + it
+        work = _ws_read_work(work_smem, q_bar, it, Q_BUFS)
+        while work < n_work:
+            n_tiles = _ws_consume_block(work, g, it, smem, bars, ptrs, seq, n_blocks, n_work,
+                                        WG, ROWS, HEAD_D, BLOCK_N, NUM_BUF, S_LAYOUT, O_LAYOUT,
+                                        P_LAYOUT, CAUSAL, PV_OVERLAP, NUM_WG, PERSISTENT)
+            g += n_tiles
+            it += 1
+            work = _ws_read_work(work_smem, q_bar, it, Q_BUFS)
+    elif PERSISTENT:  # blocks i, i + P, ...: the ring and the turns run on across blocks
         g = 0  # K/V tiles consumed so far: the ring's position
         it = 0  # query blocks so far; this warpgroup's turns so far are g + it
         for work in range(gl.program_id(0), n_work, gl.num_programs(0)):
@@ -252,9 +341,9 @@ def _ws_consume_block(work, g, it, smem, bars, ptrs, seq, n_blocks, n_work, WG: 
     """Warpgroup WG's rows of query block ``work``, the program's block number ``it``, whose
     first key tile sits at the ring's place ``g`` (the warpgroup's turns before it: g + it);
     returns its key tiles."""
-    q_smem, k_smem, v_smem = smem
+    q_smem, k_smem, v_smem, work_smem = smem
     q_bar, q_empty, ready, empty, turn = bars
-    q_ptr, k_ptr, v_ptr, o_ptr, qk_scale_log2 = ptrs
+    q_ptr, k_ptr, v_ptr, o_ptr, qk_scale_log2, counter_ptr = ptrs
     dtype: gl.constexpr = q_ptr.dtype.element_ty
     zeros_s = gl.zeros([ROWS, BLOCK_N], gl.float32, S_LAYOUT)
     Q_BUFS: gl.constexpr = q_smem.shape[0] // NUM_WG  # Q of one block, or of two in turn
@@ -322,7 +411,7 @@ def _ws_consume_block(work, g, it, smem, bars, ptrs, seq, n_blocks, n_work, WG: 
 
 
 @gluon.jit
-def _attn_fwd_ws(q_ptr, k_ptr, v_ptr, o_ptr, seq, n_blocks, n_work, qk_scale_log2,
+def _attn_fwd_ws(q_ptr, k_ptr, v_ptr, o_ptr, counter_ptr, seq, n_blocks, n_work, qk_scale_log2,
                  ROWS: gl.constexpr, HEAD_D: gl.constexpr, BLOCK_N: gl.constexpr,
                  NUM_BUF: gl.constexpr, SMEM: gl.constexpr, S_LAYOUT: gl.constexpr,
                  O_LAYOUT: gl.constexpr, P_LAYOUT: gl.constexpr, CAUSAL: gl.constexpr,
@@ -331,11 +420,17 @@ def _attn_fwd_ws(q_ptr, k_ptr, v_ptr, o_ptr, seq, n_blocks, n_work, qk_scale_log
     """n_work query blocks (n_blocks per (batch, head)), program i taking blocks i, i + P,
     i + 2P, ... of P programs: one block each when launched with one program per block, or
     persistent, one program per SM walking many (Q_BUFS = 2: the next block's Q loads into
-    the other buffer while this block runs)."""
+    the other buffer while this block runs); or (PERSISTENT == _DYNAMIC) one program per SM
+    taking the next block from the int32 at counter_ptr (zero at launch)."""
     dtype: gl.constexpr = q_ptr.dtype.element_ty
     q_smem = gl.allocate_shared_memory(dtype, [Q_BUFS * NUM_WG, ROWS, HEAD_D], SMEM)
     k_smem = gl.allocate_shared_memory(dtype, [NUM_BUF, BLOCK_N, HEAD_D], SMEM)
     v_smem = gl.allocate_shared_memory(dtype, [NUM_BUF, BLOCK_N, HEAD_D], SMEM)
+    # The block number of each Q slot, for launches that take blocks from the counter: one
+    # word repeated 128 times, so that the load warp and a consumer warpgroup each move it
+    # in one instruction of their own layout.
+    work_smem = gl.allocate_shared_memory(
+        gl.int32, [Q_BUFS, 128], gl.SwizzledSharedLayout(1, 1, 1, order=[0]))
     q_bar = gl.allocate_shared_memory(gl.int64, [Q_BUFS, 1], mbarrier.MBarrierLayout())
     q_empty = gl.allocate_shared_memory(gl.int64, [Q_BUFS, 1], mbarrier.MBarrierLayout())
     ready = gl.allocate_shared_memory(gl.int64, [NUM_BUF, 1], mbarrier.MBarrierLayout())
@@ -350,9 +445,9 @@ def _attn_fwd_ws(q_ptr, k_ptr, v_ptr, o_ptr, seq, n_blocks, n_work, qk_scale_log
     for i in gl.static_range(NUM_WG):
         mbarrier.init(turn.index(i), count=1)
     mbarrier.arrive(turn.index(0), count=1)  # warpgroup 0 goes first
-    smem = (q_smem, k_smem, v_smem)
+    smem = (q_smem, k_smem, v_smem, work_smem)
     bars = (q_bar, q_empty, ready, empty, turn)
-    ptrs = (q_ptr, k_ptr, v_ptr, o_ptr, qk_scale_log2)
+    ptrs = (q_ptr, k_ptr, v_ptr, o_ptr, qk_scale_log2, counter_ptr)
     # One signature for every partition: (shared buffers, barriers, pointers, scalars, which
     # warpgroup, constants); the default partition is consumer 0.
     if NUM_WG == 2:
@@ -386,16 +481,18 @@ def _attn_fwd_ws(q_ptr, k_ptr, v_ptr, o_ptr, seq, n_blocks, n_work, qk_scale_log
 
 def _ws_constexprs(head_d: int, block_n: int, causal: bool, num_buf: int = WS_NUM_BUF,
                    pv_overlap: bool = False, warpgroups: int = 2,
-                   persistent: bool = False, q_buffers: int = 1) -> dict[str, Any]:
+                   persistent: bool = False, q_buffers: int = 1,
+                   dynamic: bool = False) -> dict[str, Any]:
     """The warp-specialized kernel's compile-time arguments (4-warp consumer layouts;
     ``warpgroups`` consumers of 64 query rows each, 2 or 3; ``persistent``: one program per
-    SM walking the query blocks; ``q_buffers``: 2 lets it load the next block's Q during
-    this one)."""
+    SM walking the query blocks, ``dynamic``: taking them from a counter; ``q_buffers``: 2
+    lets it load the next block's Q during this one)."""
+    schedule = _DYNAMIC if dynamic else _STATIC if persistent else _ONE_PER_BLOCK
     o_layout = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                          instr_shape=[16, head_d, 16])
     return dict(
         ROWS=WS_ROWS, HEAD_D=head_d, BLOCK_N=block_n, NUM_BUF=num_buf, CAUSAL=causal,
-        PV_OVERLAP=pv_overlap, NUM_WG=warpgroups, PERSISTENT=persistent, Q_BUFS=q_buffers,
+        PV_OVERLAP=pv_overlap, NUM_WG=warpgroups, PERSISTENT=schedule.value, Q_BUFS=q_buffers,
         SMEM=gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2),
         S_LAYOUT=gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                            instr_shape=[16, block_n, 16]),
@@ -425,14 +522,28 @@ def _ws_warpgroups(head_d: int) -> int:
     return 3 if head_d == 64 else 2
 
 
-def _ws_persistent(head_d: int, causal: bool) -> bool:
-    """Whether the shipped launch is persistent (one program per SM, each walking query
-    blocks i, i + SMs, ...): without causal, where on the H200 (bf16, of cuDNN, one run) it
+def _ws_persistent(head_d: int, causal: bool, seq: int) -> bool:
+    """Whether the shipped launch is persistent (one program per SM walking query blocks):
+    without causal, blocks i, i + SMs, ..., where on the H200 (bf16, of cuDNN, one run) it
     ran 0.85-0.87 against 0.71-0.76 at S = 1024, 1.01 against 0.94 at D = 64, S = 4096, and
-    1.08 against 0.98 at 16,384 (no loss at D = 128 from 4096). Causal blocks differ in
-    length, and the GPU's own scheduling of one program per block balanced them better at
-    S = 16,384 (1.05 against 0.95 at D = 128)."""
-    return not causal
+    1.08 against 0.98 at 16,384 (no loss at D = 128 from 4096); causal, where the blocks
+    come from the counter (:func:`_ws_dynamic`). Causal blocks differ in length, and in a
+    fixed share they balanced worse than the GPU's own scheduling of one program per block
+    (S = 16,384: 0.95 against 1.05 at D = 128)."""
+    return not causal or _ws_dynamic(head_d, causal, seq)
+
+
+def _ws_dynamic(head_d: int, causal: bool, seq: int) -> bool:
+    """Whether the shipped launch is persistent with its blocks taken from a counter, in the
+    order one program per block runs them (as FlashAttention-3's tile scheduler): causal at
+    D = 128 below S = 16,384. On the H200 (bf16, of cuDNN, medians of 3 in one run:
+    ``python bench/gluon_attention.py --bench-ws --shipped-only --causal yes --dims 128
+    --schedules 0,3``) it ran 0.85 / 0.95 / 0.99 at S = 2048 / 4096 / 8192 against one
+    program per block's 0.79 / 0.92 / 0.98: the next block's loads start during this one's
+    last tiles, where a new program would start cold; at 16,384 1.02 against 1.04. At D = 64
+    it ran as one program per block (0.38-0.92 causal, S = 1024-8192) and both below the
+    Triton kernel, which keeps those calls."""
+    return causal and head_d == 128 and seq < 16384
 
 
 def _ws_block_n(head_d: int) -> int:
@@ -472,20 +583,21 @@ def fits(q: Any, k: Any, v: Any, *, mask: Any = None, return_lse: bool = False) 
 
 def pays(q: Any, causal: bool = False) -> bool:
     """Whether the kernel beats the Triton one for q's shape: without causal from S = 1024 at
-    D = 128 and from 2048 at D = 64; causal from 4096 at D = 128 and from 16,384 at D = 64.
+    D = 128 and from 2048 at D = 64; causal from 2048 at D = 128 and from 16,384 at D = 64.
     Measured on the H200 (bf16, of cuDNN): without causal, persistent, 0.83-0.87 against 0.73
     at D = 128, S = 1024, 0.98 against 0.91 at D = 64, S = 2048, and 0.93-1.09 against
     0.89-0.94 from 4096 (at D = 64, S = 1024 0.83-0.85 against 0.88); causal, D = 128
-    0.92-1.02 against 0.76-0.86 (medians of 3), D = 64 1.00 against 0.94 at 16,384; shorter
-    causal rows run better on the Triton kernel (D = 64, S = 1024-4096: at best 0.80 / 0.84 /
-    0.84, in two warpgroups, persistent, against 0.84 / 0.91 / 0.89).
+    0.85 against 0.77 at S = 2048 and 0.95-1.04 from 4096 (medians of 3), D = 64 1.00
+    against 0.94 at 16,384; shorter causal rows at D = 64 run better on the Triton kernel
+    (S = 1024-8192: at best 0.81 / 0.91 / 0.89 / 0.91 in any launch, against 0.85 / 0.89 /
+    0.91 / 0.94 in the same run).
 
     >>> pays(torch.empty(1, 16, 4096, 128))  # doctest: +SKIP
     True
     """
     d, s = q.shape[-1], q.shape[-2]
     if causal:
-        return s >= (4096 if d == 128 else 16384)
+        return s >= (2048 if d == 128 else 16384)
     return s >= (1024 if d == 128 else 2048)
 
 
@@ -493,7 +605,8 @@ def forward(q: Any, k: Any, v: Any, *, causal: bool = False, scale: float | None
             block_n: int | None = None, num_buf: int | None = None,
             maxnreg: int | None = None, pv_overlap: bool | None = None,
             warpgroups: int | None = None, persistent: bool | None = None,
-            programs: int | None = None, q_buffers: int = 1) -> Any:
+            programs: int | None = None, q_buffers: int = 1,
+            dynamic: bool | None = None) -> Any:
     """softmax(q k^T * scale) v for inputs :func:`fits` accepts (it raises ValueError with the
     reason otherwise); causal hides keys after the query (Sq == Sk: both alignments agree).
     ``block_n`` (key tile), ``num_buf`` (K/V buffers), ``maxnreg`` (registers per thread;
@@ -503,8 +616,9 @@ def forward(q: Any, k: Any, v: Any, *, causal: bool = False, scale: float | None
     registers each, the launch at D = 64) and ``persistent`` (one program per SM walking the
     query blocks, instead of one program per block; ``programs`` of them instead, for tests;
     ``q_buffers=2``: the next block's Q loads during this one; 0-6% faster causal, not
-    shipped) override the measured launch (for the bench's candidates:
-    ``bench/gluon_attention.py --bench-ws``).
+    shipped; ``dynamic``: persistent programs take the next block from a counter, as
+    FlashAttention-3's tile scheduler, instead of every P-th) override the measured launch
+    (for the bench's candidates: ``bench/gluon_attention.py --bench-ws``).
 
     >>> o = forward(q, k, v, causal=True)  # doctest: +SKIP
     """
@@ -523,7 +637,13 @@ def forward(q: Any, k: Any, v: Any, *, causal: bool = False, scale: float | None
     _use_torch_allocator()
     n_blocks = -(-s // (WS_ROWS * wg))  # blocks of 64 x wg query rows per (batch, head)
     n_work = n_blocks * b * h
-    persistent = _ws_persistent(d, bool(causal)) if persistent is None else bool(persistent)
+    if dynamic and persistent is False:
+        raise ValueError("dynamic=True needs persistent programs (one program per block "
+                         "takes its own block); leave persistent unset or True")
+    if persistent is None:
+        persistent = bool(dynamic) or _ws_persistent(d, bool(causal), s)
+    persistent = bool(persistent)
+    dynamic = (persistent and _ws_dynamic(d, bool(causal), s)) if dynamic is None else bool(dynamic)
     if q_buffers not in (1, 2) or (q_buffers == 2 and not persistent):
         raise ValueError(f"q_buffers={q_buffers} is not supported; use 1, or 2 with "
                          "persistent=True (one block per program loads one Q)")
@@ -531,12 +651,14 @@ def forward(q: Any, k: Any, v: Any, *, causal: bool = False, scale: float | None
         programs = n_work
     elif programs is None:
         programs = min(n_work, torch.cuda.get_device_properties(q.device).multi_processor_count)
+    # The counter the programs take blocks from (dynamic), zero at launch; else unused.
+    counter = torch.zeros(1, dtype=torch.int32, device=q.device) if dynamic else o
     with torch.cuda.device(q.device):
         _attn_fwd_ws[(programs,)](
-            q, k, v, o, s, n_blocks, n_work, scale * 1.4426950408889634,  # log2(e)
+            q, k, v, o, counter, s, n_blocks, n_work, scale * 1.4426950408889634,  # log2(e)
             **_ws_constexprs(d, block_n or _ws_block_n(d), bool(causal), num_buf or WS_NUM_BUF,
                              _ws_pv_overlap(d) if pv_overlap is None else bool(pv_overlap), wg,
-                             persistent, q_buffers),
+                             persistent, q_buffers, dynamic),
             num_warps=4, maxnreg=maxnreg or _ws_maxnreg(wg))
     return o
 
