@@ -19,7 +19,7 @@ reports/h200/bench_attention.md).
 
 Status: on by default. ``attention()`` runs it for the calls it covers (:func:`fits`) where it
 is the faster kernel (:func:`pays`: from S = 1024 at D = 128 and 2048 at D = 64 without
-causal, from 2048 and 16k causal), unless
+causal, from 1024 and 16k causal), unless
 ``ONLINESM_ATTENTION_GLUON=0`` (``use_gluon(False)``) or a pinned Triton config
 (``ONLINESM_ATTENTION_CONFIG``) says otherwise. Its oracle tests and ``onlinesm check``
 through ``attention()`` pass on the H200.
@@ -539,7 +539,8 @@ def _ws_dynamic(head_d: int, causal: bool, seq: int) -> bool:
     D = 128 below S = 16,384. On the H200 (bf16, of cuDNN, medians of 3 in one run:
     ``python bench/gluon_attention.py --bench-ws --shipped-only --causal yes --dims 128
     --schedules 0,3``) it ran 0.85 / 0.95 / 0.99 at S = 2048 / 4096 / 8192 against one
-    program per block's 0.79 / 0.92 / 0.98: the next block's loads start during this one's
+    program per block's 0.79 / 0.92 / 0.98 (S = 1024, one run: 0.81 against 0.67): the next
+    block's loads start during this one's
     last tiles, where a new program would start cold; at 16,384 1.02 against 1.04. At D = 64
     it ran as one program per block (0.38-0.92 causal, S = 1024-8192) and both below the
     Triton kernel, which keeps those calls."""
@@ -583,11 +584,12 @@ def fits(q: Any, k: Any, v: Any, *, mask: Any = None, return_lse: bool = False) 
 
 def pays(q: Any, causal: bool = False) -> bool:
     """Whether the kernel beats the Triton one for q's shape: without causal from S = 1024 at
-    D = 128 and from 2048 at D = 64; causal from 2048 at D = 128 and from 16,384 at D = 64.
+    D = 128 and from 2048 at D = 64; causal from 1024 at D = 128 and from 16,384 at D = 64.
     Measured on the H200 (bf16, of cuDNN): without causal, persistent, 0.83-0.87 against 0.73
     at D = 128, S = 1024, 0.98 against 0.91 at D = 64, S = 2048, and 0.93-1.09 against
     0.89-0.94 from 4096 (at D = 64, S = 1024 0.83-0.85 against 0.88); causal, D = 128
-    0.85 against 0.77 at S = 2048 and 0.95-1.04 from 4096 (medians of 3), D = 64 1.00
+    0.81 against 0.74 at S = 1024 (one run), 0.85 against 0.77 at 2048 and 0.95-1.04 from
+    4096 (medians of 3), D = 64 1.00
     against 0.94 at 16,384; shorter causal rows at D = 64 run better on the Triton kernel
     (S = 1024-8192: at best 0.81 / 0.91 / 0.89 / 0.91 in any launch, against 0.85 / 0.89 /
     0.91 / 0.94 in the same run).
@@ -596,9 +598,9 @@ def pays(q: Any, causal: bool = False) -> bool:
     True
     """
     d, s = q.shape[-1], q.shape[-2]
-    if causal:
-        return s >= (2048 if d == 128 else 16384)
-    return s >= (1024 if d == 128 else 2048)
+    if d == 128:
+        return s >= 1024
+    return s >= (16384 if causal else 2048)
 
 
 def forward(q: Any, k: Any, v: Any, *, causal: bool = False, scale: float | None = None,
