@@ -411,7 +411,8 @@ def _ws_consume_block(work, g, it, smem, bars, ptrs, seq, n_blocks, n_work, WG: 
 
 
 @gluon.jit
-def _attn_fwd_ws(q_ptr, k_ptr, v_ptr, o_ptr, counter_ptr, seq, n_blocks, n_work, qk_scale_log2,
+def _attn_fwd_ws(q_ptr, k_ptr, v_ptr, o_ptr, counter_ptr, seq, n_blocks, n_work,
+                 qk_scale_log2,
                  ROWS: gl.constexpr, HEAD_D: gl.constexpr, BLOCK_N: gl.constexpr,
                  NUM_BUF: gl.constexpr, SMEM: gl.constexpr, S_LAYOUT: gl.constexpr,
                  O_LAYOUT: gl.constexpr, P_LAYOUT: gl.constexpr, CAUSAL: gl.constexpr,
@@ -540,10 +541,9 @@ def _ws_dynamic(head_d: int, causal: bool, seq: int) -> bool:
     ``python bench/gluon_attention.py --bench-ws --shipped-only --causal yes --dims 128
     --schedules 0,3``) it ran 0.85 / 0.95 / 0.99 at S = 2048 / 4096 / 8192 against one
     program per block's 0.79 / 0.92 / 0.98 (S = 1024, one run: 0.81 against 0.67): the next
-    block's loads start during this one's
-    last tiles, where a new program would start cold; at 16,384 1.02 against 1.04. At D = 64
-    it ran as one program per block (0.38-0.92 causal, S = 1024-8192) and both below the
-    Triton kernel, which keeps those calls."""
+    block's loads start during this one's last tiles, where a new program would start cold;
+    at 16,384 1.02 against 1.04. At D = 64 it ran as one program per block (0.38-0.92
+    causal, S = 1024-8192) and both below the Triton kernel, which keeps those calls."""
     return causal and head_d == 128 and seq < 16384
 
 
@@ -588,11 +588,10 @@ def pays(q: Any, causal: bool = False) -> bool:
     Measured on the H200 (bf16, of cuDNN): without causal, persistent, 0.83-0.87 against 0.73
     at D = 128, S = 1024, 0.98 against 0.91 at D = 64, S = 2048, and 0.93-1.09 against
     0.89-0.94 from 4096 (at D = 64, S = 1024 0.83-0.85 against 0.88); causal, D = 128
-    0.81 against 0.74 at S = 1024 (one run), 0.85 against 0.77 at 2048 and 0.95-1.04 from
-    4096 (medians of 3), D = 64 1.00
-    against 0.94 at 16,384; shorter causal rows at D = 64 run better on the Triton kernel
-    (S = 1024-8192: at best 0.81 / 0.91 / 0.89 / 0.91 in any launch, against 0.85 / 0.89 /
-    0.91 / 0.94 in the same run).
+    0.83 against 0.74 at S = 1024, 0.90 against 0.77 at 2048 (medians of 3; the Triton
+    kernel's one run) and 0.95-1.04 from 4096, D = 64 1.00 against 0.94 at 16,384; shorter causal rows at D = 64 run
+    better on the Triton kernel (S = 1024-8192: at best 0.81 / 0.91 / 0.89 / 0.91 in any
+    launch, against 0.85 / 0.89 / 0.91 / 0.94 in the same run).
 
     >>> pays(torch.empty(1, 16, 4096, 128))  # doctest: +SKIP
     True
@@ -645,7 +644,8 @@ def forward(q: Any, k: Any, v: Any, *, causal: bool = False, scale: float | None
     if persistent is None:
         persistent = bool(dynamic) or _ws_persistent(d, bool(causal), s)
     persistent = bool(persistent)
-    dynamic = (persistent and _ws_dynamic(d, bool(causal), s)) if dynamic is None else bool(dynamic)
+    if dynamic is None:
+        dynamic = persistent and _ws_dynamic(d, bool(causal), s)
     if q_buffers not in (1, 2) or (q_buffers == 2 and not persistent):
         raise ValueError(f"q_buffers={q_buffers} is not supported; use 1, or 2 with "
                          "persistent=True (one block per program loads one Q)")
