@@ -264,15 +264,16 @@ def compile_offline(head_d: int, causal: bool, block_n: int | None = None,
     fn = ag._attn_fwd_ws if ws else _attn_fwd_gluon
     if ws:
         warpgroups = warpgroups or ag._ws_warpgroups(head_d)
+        if persistent is None and dynamic is None:  # the shipped launch at length seq
+            persistent = ag._ws_persistent(head_d, causal, seq)
+            dynamic = ag._ws_dynamic(head_d, causal, seq)
+        dynamic = bool(dynamic)
+        persistent = bool(persistent) or dynamic
         const = ag._ws_constexprs(head_d, block_n or ag._ws_block_n(head_d), causal,
                                   num_buf or ag.WS_NUM_BUF,
                                   ag._ws_pv_overlap(head_d) if overlap_pv is None else overlap_pv,
                                   warpgroups,
-                                  bool(dynamic) or (ag._ws_persistent(head_d, causal, seq)
-                                                    if persistent is None else persistent),
-                                  q_buffers,
-                                  ag._ws_dynamic(head_d, causal, seq) if dynamic is None
-                                  and persistent is None else bool(dynamic))
+                                  persistent, q_buffers, dynamic)
         options = dict(num_warps=4, maxnreg=maxnreg or ag._ws_maxnreg(warpgroups))
     else:
         const = _constexprs(head_d, block_n or _block_n(head_d), causal, bool(overlap_pv))
@@ -379,7 +380,7 @@ def _bench_ws(seqs: list[int], dims: list[int], shipped_only: bool = False,
                         f"{bn}, {nb}, {reg}" + (", P V overlap" if overlap else "")
                         + (f", {wg} warpgroups" if wg != 2 else ""))) + (
                         ", persistent" if persistent else "") + (
-                        (", counter" if dyn else "")) + (", 2 Q" if qb == 2 else "")
+                        ", counter" if dyn else "") + (", 2 Q" if qb == 2 else "")
                     try:
                         err = float((attention_gluon.forward(q[:1], k[:1], v[:1], **kw).float()
                                      - ref).abs().max())
@@ -444,8 +445,11 @@ def main(argv: list[str] | None = None) -> int:
         _bench([int(s) for s in args.seqs.split(",")], dims)
     if args.bench_ws:
         causals = {"both": (False, True), "yes": (True,), "no": (False,)}[args.causal]
-        schedules = WS_SCHEDULES if args.schedules is None else tuple(
-            WS_SCHEDULES[int(i)] for i in args.schedules.split(","))
+        picked = [] if args.schedules is None else args.schedules.split(",")
+        if any(not p.isdigit() or int(p) >= len(WS_SCHEDULES) for p in picked):
+            ap.error(f"--schedules {args.schedules!r}: give positions in WS_SCHEDULES, "
+                     f"0 to {len(WS_SCHEDULES) - 1}, e.g. 0,3")
+        schedules = tuple(WS_SCHEDULES[int(p)] for p in picked) or WS_SCHEDULES
         _bench_ws([int(s) for s in args.seqs.split(",")], dims, args.shipped_only, causals,
                   schedules)
     if not (args.offline or args.bench or args.bench_ws):
