@@ -166,7 +166,6 @@ def _ws_producer(smem, bars, ptrs, seq, n_blocks, n_work, WG: gl.constexpr,
         # No block left: tell the consumers through the next Q slot (a plain arrive completes
         # its phase, as no copy is expected), with n_work for the block number.
         q_smem, k_smem, v_smem, work_smem = smem
-        q_bar, q_empty, ready, empty, turn = bars
         Q_BUFS: gl.constexpr = q_smem.shape[0] // NUM_WG
         slot = it % Q_BUFS
         mbarrier.wait(q_empty.index(slot), ((it // Q_BUFS) & 1) ^ 1)
