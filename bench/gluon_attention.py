@@ -344,13 +344,14 @@ def _bench(seqs: list[int], dims: list[int]) -> None:
                       f"{err_ws:.3g} | {err_flash:.3g} |", flush=True)
 
 
-def _bench_ws(seqs: list[int], dims: list[int], shipped_only: bool = False,
+def _bench_ws(seqs: list[int], dims: list[int],
+              candidates: tuple[tuple[Any, ...], ...] = WS_CANDIDATES,
               causals: tuple[bool, ...] = (False, True),
               schedules: tuple[tuple[bool, int, bool], ...] = WS_SCHEDULES) -> None:
-    """Time the warp-specialized kernel's launch candidates (WS_CANDIDATES; ``shipped_only``:
-    none) beside its shipped launch and cuDNN, bf16, B*S = 16k, H*D = 2048, each in every
-    one of ``schedules``, for each of ``causals``; each checked against SDPA math in float32
-    (max |error|) first."""
+    """Time the warp-specialized kernel's launch ``candidates`` (rows of WS_CANDIDATES; those
+    of each D in ``dims``) beside its shipped launch and cuDNN, bf16, B*S = 16k, H*D = 2048,
+    each in every one of ``schedules``, for each of ``causals``; each checked against SDPA
+    math in float32 (max |error|) first."""
     import torch
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
@@ -360,8 +361,7 @@ def _bench_ws(seqs: list[int], dims: list[int], shipped_only: bool = False,
           "| of cuDNN "
           "| max err |\n|---|---|---|---|---|---|---|")
     for d in dims:
-        launches = [(None,) * 5] + [c[1:] for c in WS_CANDIDATES
-                                    if c[0] == d and not shipped_only]
+        launches = [(None,) * 5] + [c[1:] for c in candidates if c[0] == d]
         for causal in causals:
             for s in seqs:
                 b, h = 16384 // s, 2048 // d
@@ -394,6 +394,17 @@ def _bench_ws(seqs: list[int], dims: list[int], shipped_only: bool = False,
                           f"{tf / cudnn:.2f} | {err:.3g} |", flush=True)
 
 
+def _pick(ap: argparse.ArgumentParser, flag: str, text: str | None,
+          table: tuple[Any, ...]) -> tuple[Any, ...]:
+    """The rows of ``table`` that ``text`` names by position ("0,3"); () for None; a bad
+    position ends the command with one line (argparse's error)."""
+    picked = [] if text is None else text.split(",")
+    if any(not p.isdigit() or int(p) >= len(table) for p in picked):
+        ap.error(f"{flag} {text!r}: give positions in the table, 0 to {len(table) - 1}, "
+                 "e.g. 0,3")
+    return tuple(table[int(p)] for p in picked)
+
+
 def _print_compiled(r: dict[str, Any], label: str, as_json: bool) -> None:
     """One line of --offline's output: ``compile_offline``'s result, as JSON or as text."""
     print(json.dumps(r) if as_json else
@@ -419,6 +430,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="with --bench-ws: the shipped launch only, in every schedule")
     ap.add_argument("--causal", choices=("both", "yes", "no"), default="both",
                     help="with --bench-ws: causal calls, calls without a mask, or both")
+    ap.add_argument("--candidates", default=None,
+                    help="with --bench-ws: which of WS_CANDIDATES beside the shipped launch, "
+                         "by position (e.g. 1,4)")
     ap.add_argument("--schedules", default=None,
                     help="with --bench-ws: which of WS_SCHEDULES, by position (e.g. 0,3,4)")
     ap.add_argument("--dynamic", action="store_true",
@@ -445,13 +459,10 @@ def main(argv: list[str] | None = None) -> int:
         _bench([int(s) for s in args.seqs.split(",")], dims)
     if args.bench_ws:
         causals = {"both": (False, True), "yes": (True,), "no": (False,)}[args.causal]
-        picked = [] if args.schedules is None else args.schedules.split(",")
-        if any(not p.isdigit() or int(p) >= len(WS_SCHEDULES) for p in picked):
-            ap.error(f"--schedules {args.schedules!r}: give positions in WS_SCHEDULES, "
-                     f"0 to {len(WS_SCHEDULES) - 1}, e.g. 0,3")
-        schedules = tuple(WS_SCHEDULES[int(p)] for p in picked) or WS_SCHEDULES
-        _bench_ws([int(s) for s in args.seqs.split(",")], dims, args.shipped_only, causals,
-                  schedules)
+        schedules = _pick(ap, "--schedules", args.schedules, WS_SCHEDULES) or WS_SCHEDULES
+        candidates = (() if args.shipped_only else
+                      _pick(ap, "--candidates", args.candidates, WS_CANDIDATES) or WS_CANDIDATES)
+        _bench_ws([int(s) for s in args.seqs.split(",")], dims, candidates, causals, schedules)
     if not (args.offline or args.bench or args.bench_ws):
         ap.print_help()
     return 0

@@ -335,6 +335,19 @@ def _gluon_offline(*args: str) -> list[dict]:
     return sm90_json("gluon_attention.py", "--offline", *args)
 
 
+@pytest.mark.parametrize("flag", ["--schedules", "--candidates"])
+def test_the_gluon_bench_refuses_a_launch_position_past_its_table_in_one_line(flag, capsys):
+    # Before any GPU work: a position past WS_SCHEDULES / WS_CANDIDATES ends the command with
+    # argparse's one line (exit 2), naming the flag and the positions there are.
+    g = _gluon_module()
+    n = len(g.WS_SCHEDULES if flag == "--schedules" else g.WS_CANDIDATES)
+    with pytest.raises(SystemExit) as exit_info:
+        g.main(["--bench-ws", flag, f"0,{n}"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert f"{flag} '0,{n}'" in err and f"0 to {n - 1}" in err, err
+
+
 def test_the_gluon_candidate_compiles_without_spills_or_serialised_wgmma():
     rows = _gluon_offline()
     assert len(rows) == 4  # D = 64 and 128, causal and not

@@ -360,6 +360,11 @@ def _ws_consume_block(work, g, it, smem, bars, ptrs, seq, n_blocks, n_work, WG: 
     head_row, start_m, n_tiles = _ws_block(work, seq, n_blocks, n_work, ROWS, BLOCK_N, CAUSAL,
                                            NUM_WG, PERSISTENT)
     row0 = start_m + WG * ROWS
+    if (NUM_WG * ROWS) % 128 != 0:  # a last block of 3 x 64 rows may end past S
+        if row0 >= seq:  # ... and this warpgroup's rows all lie past it: nothing to compute
+            _ws_pass_block(g, it, slot, ready, empty, turn, q_empty, n_tiles, WG, NEXT,
+                           NUM_BUF)
+            return n_tiles
     offs_m = row0 + gl.arange(0, ROWS, layout=gl.SliceLayout(1, S_LAYOUT))
     l_i = gl.zeros([ROWS], gl.float32, gl.SliceLayout(1, S_LAYOUT))
     acc = gl.zeros([ROWS, HEAD_D], gl.float32, O_LAYOUT)
@@ -407,6 +412,26 @@ def _ws_consume_block(work, g, it, smem, bars, ptrs, seq, n_blocks, n_work, WG: 
     else:  # the last block may end past S
         gl.store(o_ptrs, o.to(dtype), mask=(o_rows < seq)[:, None])
     return n_tiles
+
+
+@gluon.jit
+def _ws_pass_block(g, it, slot, ready, empty, turn, q_empty, n_tiles, WG: gl.constexpr,
+                   NEXT: gl.constexpr, NUM_BUF: gl.constexpr):
+    """A warpgroup whose rows of the block all lie past S (S = 1024 in blocks of 192 rows:
+    the last block's second and third warpgroups) keeps the block's barriers in step without
+    a matmul: each of its n_tiles + 1 turns handed on at once, each key tile released once
+    it has landed (releasing a buffer the load warp has not yet filled would count towards
+    the wrong phase), its Q slot released. Its share of the tensor cores goes to the others:
+    at S = 1024 an eighth of the non-causal work, a sixth of the causal."""
+    for j in range(0, n_tiles):
+        c = g + j  # tile j's place in the ring
+        mbarrier.wait(ready.index(c % NUM_BUF), (c // NUM_BUF) & 1)
+        mbarrier.wait(turn.index(WG), (g + it + j) & 1)
+        mbarrier.arrive(turn.index(NEXT), count=1)
+        mbarrier.arrive(empty.index(c % NUM_BUF), count=1)
+    mbarrier.arrive(q_empty.index(slot), count=1)
+    mbarrier.wait(turn.index(WG), (g + it + n_tiles) & 1)  # the turn of the last P V
+    mbarrier.arrive(turn.index(NEXT), count=1)
 
 
 @gluon.jit
