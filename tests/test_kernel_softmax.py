@@ -282,7 +282,9 @@ def test_rows_of_4k_to_262k_split_where_on_chip_pads_or_windows_lose():
     assert launch(12289, windowed=True) == ("split", 4096, 4, 2)
     assert launch(30001, windowed=True) == ("split", 4096, 8, 2)
     assert launch(40001, windowed=True) == ("split", 4096, 10, 4)
-    assert launch(40001)[0] == "on_chip"  # aligned rows of that length: on chip
+    # aligned rows of that length: in chunks of 8192 up to 40,960, on chip past it
+    assert launch(40000) == ("split", 8192, 5, 4)
+    assert launch(45000)[0] == "on_chip"
     assert launch(100001, windowed=True) == ("split", 4096, 25, 4)
     assert launch(300001, windowed=True) == ("split", 8192, 37, 4)
     # fp32 windows where the on-chip block pads most: 4k-6k in chunks of 4096, 8k-32k in
@@ -397,6 +399,15 @@ def test_long_rows_split_on_the_gpu_stream_under_the_interpreter():
     assert split(131072, 2) == (8192, 16, True)
     assert split(262145, 2) == (8192, 33, True)
     assert tuned(262144, 2, "auto", None)["split_warps"] == 4  # five 4-warp programs per SM
+    # 16-bit rows: four programs per SM up to 131,072, five past it; aligned rows of
+    # 32,769-40,960 split too (3 chunks of 16,384 on chip would pad them by 20% or more),
+    # longer ones up to 49,152 stay on chip
+    for n, per_sm in ((32769, 4), (40960, 4), (49153, 4), (131072, 4), (131073, 5),
+                      (262144, 5), (262145, 5)):
+        assert split(n, 2)[0] == 8192, n
+        assert tuned(n, 2, "auto", None)["split_programs_per_sm"] == per_sm, n
+    assert sm.plan(40961, itemsize=2, interpreted=False).path == "on_chip"
+    assert sm.plan(32768, itemsize=2, interpreted=False).path == "on_chip"
     # the poll in PTX with relaxed loads, the row loop pipelined: fp32 rows in 2 stages,
     # windows too; 16-bit rows in 3, windows (odd rows) in chunks of 4096 up to 262,144 and
     # past it not pipelined
@@ -417,7 +428,7 @@ def test_long_rows_split_on_the_gpu_stream_under_the_interpreter():
     # ... unless 3 chunks pad less: then 128 per thread (12,288 = 3 x 4096 in 4 warps), and
     # 16-bit rows up to 49,152 stay on chip that way
     for n, chunks, warps, stages in ((3000, 3, 1, 1), (12288, 3, 4, 1), (8000, 1, 4, 1),
-                                     (24576, 3, 8, 3), (32768, 1, 16, 3), (40000, 3, 16, 3)):
+                                     (24576, 3, 8, 3), (32768, 1, 16, 3), (45056, 3, 16, 3)):
         p = sm.plan(n, itemsize=2, interpreted=False)
         assert (p.path, p.chunks, p.num_warps, p.stages) == ("on_chip", chunks, warps, stages), n
 
@@ -614,7 +625,8 @@ def _hard_rows(n: int, dtype) -> torch.Tensor:
 @gpu
 @requires_cuda
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("n", [1000, 4096, 5001, 12289, 20001, 32768, 32769, 40001, 50257, 65536, 65537,
+@pytest.mark.parametrize("n", [1000, 4096, 5001, 12289, 20001, 32768, 32769, 36000, 40001, 50257, 65536,
+                               65537,
                                131072 + 3, 151936, 262137, 300_000, (1 << 20) + 3])
 def test_gpu_long_rows_every_path(dtype, n):
     t = _hard_rows(n, dtype)

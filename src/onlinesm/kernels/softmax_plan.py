@@ -163,6 +163,13 @@ TUNING: dict[str, Any] = {
 #: per SM (no spill): fp16 40,001 / 50,257 / 70,001 / 100,001 / 150,001 at 85 / 83 / 83 / 82 /
 #: 80% against 61 / 71 / 75 / 71 / 71%, bf16 85 / 82 / 82 / 82 / 79% against 59 / 82 / 84 /
 #: 82 / 81%.
+#: 16-bit rows of 49k-131k in chunks of 8192 four per SM (registers capped at 128) instead of
+#: five (medians of 3, % of copy, bf16 / fp16): 65,536 89.9 / 90.3 against 88.7 / 89.5,
+#: 131,072 90.5 / 90.5 against 89.8 / 90.1, 98,304 within 0.2; at 262,144 four lost (83.6 /
+#: 83.7 against 89.3 / 89.2), so past 131,072 five stay. Aligned rows of 32,769-40,960 split
+#: the same way instead of on chip in 3 chunks of 16,384 (which pad them by 20-50%): 36,000
+#: 87.9 / 88.0 against 81.7 / 84.4, 40,000 91.1 / 91.0 against 89.1 / 91.8; from 45,056 on
+#: chip stays ahead or level (45,056 90.8 / 89.8 against 89.2 / 89.4).
 #: fp32 rows off the vector (odd N) of 4k-32k, loaded element by element on chip, split as
 #: windows in small chunks instead, where the on-chip block pads them most (one run, % of
 #: copy): 5,001 in chunks of 4096 (2 warps, eight per SM) 89% against 76% (Liger 79%);
@@ -176,6 +183,9 @@ _SPLIT_16_BIT = dict(split_itemsizes=(2, 4), split_packed=True, split_stages=3,
 _SPLIT_16_SMALL = dict(_SPLIT_16_BIT, split_chunk=4096, split_warps=2, split_programs_per_sm=10)
 # chunks of 4096 in 4 warps, eight per SM (capped at 64): pipelined windows that do not spill
 _SPLIT_16_WINDOWS = dict(_SPLIT_16_BIT, split_chunk=4096, split_warps=4, split_programs_per_sm=8)
+# chunks of 8192 in 4 warps for long 16-bit rows: four programs per SM (registers capped at
+# 128) up to 131,072, five (capped at 96) past it
+_SPLIT_16_8K = dict(_SPLIT_16_BIT, split_chunk=8192, split_warps=4)
 # 16-bit windows of 8k-32k: split in small chunks (the ones up to 8192 stay on chip)
 _WINDOWS_16_SMALL = dict(window_overrides=dict(_SPLIT_16_SMALL, max_on_chip=8192))
 PLAN_TABLE: list[tuple[int, int, int, dict[str, Any]]] = [
@@ -206,18 +216,22 @@ PLAN_TABLE: list[tuple[int, int, int, dict[str, Any]]] = [
     (2, 23552, 24576, dict(chip_chunked=True, chunk_elems_per_thread=128, chip_stages=3,
                            **_WINDOWS_16_SMALL)),
     (2, 24576, 32768, dict(elems_per_thread=64, **_WINDOWS_16_SMALL)),
-    (2, 32768, 49152, dict(max_on_chip=49152, chip_chunked=True, chunk_elems_per_thread=128,
-                           window_overrides=dict(_SPLIT_16_WINDOWS, max_on_chip=32768))),
     # Long rows split across programs exchanging (m, d) as one self-flagging word polled in
-    # one PTX loop with relaxed loads: 8192 elements in 4 warps, five programs per SM
-    # (registers capped at 96), the row loop pipelined in 3 stages (the next row's chunk
-    # copied into shared memory while this row waits). Windows (odd N), which spill when
-    # pipelined in this shape (44 bytes at 96 registers), in chunks of 4096 eight per SM up to
-    # 262,144 (32 chunks), past it in one stage.
-    (2, 49152, 262144, dict(_SPLIT_16_BIT, split_chunk=8192, split_warps=4,
-                            split_programs_per_sm=5, window_overrides=_SPLIT_16_WINDOWS)),
-    (2, 262144, 1 << 21, dict(_SPLIT_16_BIT, split_chunk=8192, split_warps=4,
-                              split_programs_per_sm=5,
+    # one PTX loop with relaxed loads: 8192 elements in 4 warps, four programs per SM up to
+    # 131,072 and five past it, the row loop pipelined in 3 stages (the next row's chunk
+    # copied into shared memory while this row waits). From 32,769 to 40,960 too, which 3
+    # chunks of 16,384 on chip pad by 20% or more; the rows of 40,961-49,152 stay on chip.
+    # Windows (odd N), which spill when pipelined in this shape (44 bytes at 96 registers),
+    # in chunks of 4096 eight per SM up to 262,144 (32 chunks), past it in one stage.
+    (2, 32768, 40960, dict(_SPLIT_16_8K, split_programs_per_sm=4,
+                           window_overrides=_SPLIT_16_WINDOWS)),
+    (2, 40960, 49152, dict(max_on_chip=49152, chip_chunked=True, chunk_elems_per_thread=128,
+                           window_overrides=dict(_SPLIT_16_WINDOWS, max_on_chip=32768))),
+    (2, 49152, 131072, dict(_SPLIT_16_8K, split_programs_per_sm=4,
+                            window_overrides=_SPLIT_16_WINDOWS)),
+    (2, 131072, 262144, dict(_SPLIT_16_8K, split_programs_per_sm=5,
+                             window_overrides=_SPLIT_16_WINDOWS)),
+    (2, 262144, 1 << 21, dict(_SPLIT_16_8K, split_programs_per_sm=5,
                               window_overrides=dict(split_stages=1))),
 ]
 
