@@ -75,6 +75,8 @@ def variants(n: int, itemsize: int) -> list[tuple[str, dict[str, Any]]]:
       ``c4096 w4 x8 ... st3 loads``, up to 262,144, ``asm loads`` past it), all in 32 lanes
       at least. 16-bit rows of 8k-49k: ``split c4096 w2 x10 packed st3 loads`` (shipped for
       rows of 16,385-23,552 and windows of 8k-32k), ``... w4 x8 ...``, ``c2048 w2 x16``.
+    * ``split unbalanced``: the shipped plan, a split row's programs owning whole chunks and
+      a shorter last one rather than equal parts (``split_balanced``).
     """
     out: list[tuple[str, dict[str, Any]]] = []
     if n % (16 // itemsize) and n <= 4096:  # odd short rows: one per program, as a window
@@ -136,6 +138,10 @@ def variants(n: int, itemsize: int) -> list[tuple[str, dict[str, Any]]]:
                 path="split", tuning=dict(split_chunk=chunk, split_warps=warps,
                                           split_programs_per_sm=per_sm, split_packed=True,
                                           split_stages=3, split_poll_loads=True))))
+    if n > 8192:
+        # the shipped plan with a split row's programs owning whole chunks and a shorter last
+        # one instead of equal parts (the same as "ours" where the plan does not split)
+        out.append(("split unbalanced", dict(path="auto", tuning=dict(split_balanced=False))))
     if n > 32768:
         # the shipped plan without its register cap; pipelined (the next row's chunk copied
         # into shared memory while this row waits), polling with atomics or with loads

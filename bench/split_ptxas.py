@@ -68,8 +68,9 @@ def compile_split(dtype: str, n: int, tuning: dict[str, Any] | None = None,
     constexprs = {k: v for k, v in options.items() if k in names}
     signature = {a: types.get(a, "constexpr" if a in constexprs else "i32") for a in names}
     # what the JIT sees at launch: 16-byte aligned pointers, and the integers that are
-    # multiples of 16 (the row length and the contiguous strides)
-    aligned = [a for a in types] + (["n_cols", "stride_xm", "stride_ym"] if n % 16 == 0 else [])
+    # multiples of 16 (each program's columns; the row length and the contiguous strides)
+    aligned = [a for a in types] + ["chunk_cols"] + (
+        ["n_cols", "stride_xm", "stride_ym"] if n % 16 == 0 else [])
     attrs = {(names.index(a),): [["tt.divisibility", 16]] for a in aligned}
     compiled = triton.compile(
         triton.compiler.ASTSource(fn, signature, constexprs=constexprs, attrs=attrs),

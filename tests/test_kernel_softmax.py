@@ -677,6 +677,18 @@ def test_tuning_knobs_are_checked():
         sp.split_exchange(t, 8)
 
 
+@pytest.mark.parametrize("width", [16400, 33000, 50257 + 7, 65536, 151936, 262144 + 1])
+def test_split_parts_are_equal_whole_vectors_that_cover_the_row(width):
+    # A row waits for its longest part: equal parts, each within what a program holds and a
+    # multiple of 16 elements (every part starts on a 16-byte vector), covering the row.
+    p = sm.plan(width, itemsize=2, interpreted=False)
+    cols = sp.split_columns(width, p.split, p.block)
+    assert cols % 16 == 0 and cols <= p.block
+    assert p.split * cols >= width > (p.split - 1) * cols  # every program has columns
+    assert cols - -(-width // p.split) < 16  # no part longer than it must be
+    assert sp.split_columns(width, p.split, p.block, balanced=False) == p.block
+
+
 def test_split_register_cap_lets_the_planned_programs_share_an_sm():
     cap = sp._register_cap
     assert cap(2, 8) == 128  # fp32 chunks of 16,384: two 8-warp programs, 65,536 registers
@@ -697,7 +709,8 @@ def test_split_register_cap_lets_the_planned_programs_share_an_sm():
     dict(split_stages=1, split_poll_asm=False), dict(split_stages=3),
     dict(split_stages=2, split_poll_loads=False), dict(window_overrides={}),
     dict(split_min_lanes=1), dict(split_stages=3, split_chunk=4096, split_programs_per_sm=8),
-    dict(split_chunk=4096, split_warps=2, split_programs_per_sm=10)], ids=str)
+    dict(split_chunk=4096, split_warps=2, split_programs_per_sm=10),
+    dict(split_balanced=False)], ids=str)
 def test_gpu_split_variants_stay_correct(dtype, knobs):
     # Registers capped (fp32 windows spill to fit the plan) or not, either exchange, pipelined
     # or not: rows that break kernels, odd rows (windows), and many rows per group.

@@ -82,6 +82,7 @@ from onlinesm.kernels.softmax_plan import (
     _register_cap,
     _tuning,
     plan,
+    split_columns,
     split_exchange,
 )
 
@@ -580,6 +581,7 @@ def _exchange_packed(part_ptr, row64, chunk, m_c, d_c, lanes, lane_ok,
 @triton.jit(do_not_specialize=SOFTMAX_DO_NOT_SPECIALIZE)
 def _softmax_split_kernel(
     x_ptr, y_ptr, part_ptr, count_ptr, n_rows, n_cols, stride_xm, stride_ym,
+    chunk_cols,  # the columns each program owns: <= CHUNK, a multiple of 16 (split_columns)
     CHUNK: tl.constexpr,  # elements each program keeps in registers (power of two)
     SPLIT: tl.constexpr,  # programs per row: SPLIT * CHUNK >= n_cols (any count, not padded
     # to a power of two: 151,936 = 19 chunks of 8192, not 32)
@@ -615,15 +617,21 @@ def _softmax_split_kernel(
     chunk = pid % SPLIT
     group = pid // SPLIT
     n_groups = tl.num_programs(0) // SPLIT
-    cols = chunk * CHUNK + tl.arange(0, CHUNK)
+    # The row cut into SPLIT equal parts of chunk_cols columns (a multiple of 16, so every
+    # part starts on a 16-byte vector), held in CHUNK registers' worth: a row waits for its
+    # longest part, so SPLIT - 1 whole chunks and a short rest would leave one program idle.
+    start = chunk * chunk_cols  # this program's first column
+    cols = tl.arange(0, CHUNK)  # ... and the columns from there
     lanes = tl.arange(0, LANES)
     lane_ok = lanes < SPLIT
     for row in tl.range(group, n_rows, n_groups, num_stages=STAGES):
         row64 = row.to(tl.int64)
         x_base, y_base, first, v_lo, v_hi = _row_window(row64, stride_xm, stride_ym, n_cols, SHIFT)
-        col_ok = _in_vectors(cols, v_lo, v_hi, SHIFT)
+        # The part's bounds as one comparison against the arange (with the row's bounds in
+        # it): a mask of its own per element costs registers under the cap.
+        col_ok = _in_vectors(cols, v_lo - start, tl.minimum(v_hi - start, chunk_cols), SHIFT)
         # The chunk is read once and stays in registers until it is written.
-        x = tl.load(x_ptr + x_base + cols, mask=col_ok, other=NEG_INF,
+        x = tl.load(x_ptr + (x_base + start) + cols, mask=col_ok, other=NEG_INF,
                     eviction_policy="evict_first")
         if SHIFT > 1:
             # The loose elements, loaded with the chunk rather than after its max: chunk 0 is
@@ -665,7 +673,8 @@ def _softmax_split_kernel(
         # e_c = 0 and m_c = -inf, so its factor is exp(-inf) = 0 and its outputs 0 (NaN where d
         # is NaN: a NaN or +inf elsewhere in the row reaches every output through inv).
         scale = tl.exp2((m_c - m_ref) * 1.4426950408889634) * inv  # log2(e)
-        tl.store(y_ptr + y_base + cols, (x * scale).to(y_ptr.dtype.element_ty), mask=col_ok)
+        tl.store(y_ptr + (y_base + start) + cols, (x * scale).to(y_ptr.dtype.element_ty),
+                 mask=col_ok)
         if SHIFT > 1:
             tl.store(y_ptr + y_base + ke, (xe * scale).to(y_ptr.dtype.element_ty), mask=oke)
 
@@ -854,7 +863,9 @@ def softmax(
             part = torch.empty(n_rows * p.split * 2, dtype=torch.float32, device=x.device)
             count = torch.zeros(n_rows, dtype=torch.int32, device=x.device)
         compiled = _variant(_softmax_split_kernel, _softmax_split_specialised)[(groups * p.split,)](
-            x2, y2, part, count, n_rows, n_cols, x2.stride(0), y2.stride(0), **options)
+            x2, y2, part, count, n_rows, n_cols, x2.stride(0), y2.stride(0),
+            split_columns(n_cols + shift - 1, p.split, p.block, bool(t["split_balanced"])),
+            **options)
         if fit:
             props = torch.cuda.get_device_properties(x.device)
             _SPLIT_FIT[key] = _programs_that_fit(

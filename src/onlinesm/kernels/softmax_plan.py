@@ -22,7 +22,8 @@ from typing import Any
 
 from onlinesm.kernels import interpreting
 
-__all__ = ["TUNING", "PLAN_TABLE", "PATHS", "Plan", "plan", "SplitExchange", "split_exchange"]
+__all__ = ["TUNING", "PLAN_TABLE", "PATHS", "Plan", "plan", "SplitExchange", "split_exchange",
+           "split_columns"]
 
 #: The kernels a plan can name; "auto" lets :func:`plan` choose.
 PATHS = ("auto", "on_chip", "stream", "split")
@@ -81,6 +82,11 @@ TUNING: dict[str, Any] = {
     # 3.6) spills under the register cap (bf16 chunks of 8192 at 96 registers, pipelined: 36
     # bytes with 8 or 16 lanes, none with 32; bench/split_ptxas.py).
     "split_min_lanes": 32,
+    # Each of a split row's programs owns an equal share of it (split_columns), not a whole
+    # chunk but the last: a row waits for its longest part, and a short last chunk leaves
+    # its program idle while the others load (bf16 33,000 in five chunks of 8192: four full,
+    # one of 232).
+    "split_balanced": True,
     # Knobs over the PLAN_TABLE row's for rows handled as aligned windows (odd N, up to 7
     # loose elements at each end): the windowed kernels load and spill differently, so a
     # window can take another path or launch than an aligned row of its length (PLAN_TABLE).
@@ -386,6 +392,20 @@ def split_exchange(t: dict[str, Any], split: int) -> SplitExchange:
                          f"split_stages={stages!r} at least 1; e.g. split_min_lanes=32")
     return SplitExchange(packed, stages, in_asm, in_asm and bool(t["split_poll_loads"]),
                          max(_pow2(split), int(t["split_min_lanes"])))
+
+
+def split_columns(width: int, split: int, block: int, balanced: bool = True) -> int:
+    """The columns each of a split row's ``split`` programs owns, a multiple of 16 elements
+    (whole 16-byte vectors in every dtype) and at most ``block`` (what a program holds):
+    ``width`` cut into equal parts when ``balanced``, else ``block`` (whole chunks and a
+    shorter last one). The row is as fast as its longest part.
+
+    >>> split_columns(33000, 5, 8192), split_columns(33000, 5, 8192, balanced=False)
+    (6608, 8192)
+    """
+    if not balanced:
+        return block
+    return min(block, -(-width // (16 * split)) * 16)
 
 
 def _programs_that_fit(wanted: int, n_regs: int, num_warps: int, regs_per_sm: int = 65536,
