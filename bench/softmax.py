@@ -128,9 +128,10 @@ def variants(n: int, itemsize: int) -> list[tuple[str, dict[str, Any]]]:
                     out.append((f"chip chunks ept128 st{st}", dict(path="on_chip", tuning=dict(
                         chip_chunked=True, chunk_elems_per_thread=128, chip_stages=st,
                         chip_pipelined_block_16bit=1 << 30))))
-    # split in small chunks instead of on chip: 16-bit rows, fp32 odd rows (past 32,768 the
-    # long-row shapes below have them)
-    if 4096 < n <= (49152 if itemsize == 2 else 32768) and (itemsize == 2 or n % 4):
+    # split in small chunks instead of on chip: 16-bit rows, fp32 odd rows and aligned ones
+    # past 16,384 (past 32,768 the long-row shapes below have them)
+    if 4096 < n <= (49152 if itemsize == 2 else 32768) and (itemsize == 2 or n % 4
+                                                              or n > 16384):
         shapes = (((4096, 2, 10), (4096, 4, 8), (2048, 2, 16)) if itemsize == 2
                   else ((4096, 2, 8), (4096, 4, 6), (2048, 2, 12)))
         for chunk, warps, per_sm in shapes:

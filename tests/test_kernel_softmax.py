@@ -300,6 +300,10 @@ def test_rows_of_4k_to_262k_split_where_on_chip_pads_or_windows_lose():
     # element); aligned rows of that length stay on chip
     assert fp32(40001) == ("split", 8192, 5, 4)
     assert fp32(40000, windowed=False)[0] == "on_chip"
+    # fp32 aligned rows that one block of 32,768 pads by 60% or more: chunks of 2048
+    assert fp32(16400, windowed=False) == ("split", 2048, 9, 2)
+    assert fp32(20480, windowed=False) == ("split", 2048, 10, 2)
+    assert fp32(16384, windowed=False)[0] == fp32(20481, windowed=False)[0] == "on_chip"
     # a caller's window_overrides replace the row's: {} plans windows as aligned rows
     t = sp._tuning(12296, 2, "auto", dict(window_overrides={}), windowed=True)
     assert t["max_on_chip"] == sp.TUNING["max_on_chip"] and not t["split_packed"]
@@ -629,7 +633,7 @@ def _hard_rows(n: int, dtype) -> torch.Tensor:
 @gpu
 @requires_cuda
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("n", [1000, 4096, 5001, 12289, 20001, 32768, 32769, 36000, 40001,
+@pytest.mark.parametrize("n", [1000, 4096, 5001, 12289, 18000, 20001, 32768, 32769, 36000, 40001,
                                50257, 65536, 65537, 131072 + 3, 151936, 262137, 300_000,
                                (1 << 20) + 3])
 def test_gpu_long_rows_every_path(dtype, n):

@@ -176,6 +176,11 @@ TUNING: dict[str, Any] = {
 #: the same way instead of on chip in 3 chunks of 16,384 (which pad them by 20-50%): 36,000
 #: 87.9 / 88.0 against 81.7 / 84.4, 40,000 91.1 / 91.0 against 89.1 / 91.8; from 45,056 on
 #: chip stays ahead or level (45,056 90.8 / 89.8 against 89.2 / 89.4).
+#: fp32 windows of 32k-49k split as the longer rows (chunks of 8192, four per SM) instead of
+#: on chip element by element: 40,001 at 89% of copy against 61% (medians of 3). fp32 aligned
+#: rows of 16,385-20,480, which one block of 32,768 pads by 60% or more, in chunks of 2048
+#: (2 warps, twelve per SM; one run): 16,400 / 17,000 / 18,000 / 20,000 at 89 / 89 / 89 / 91%
+#: against 80 / 81 / 84 / 88% (22,000 stays on chip: 92% against 89%).
 #: fp32 rows off the vector (odd N) of 4k-32k, loaded element by element on chip, split as
 #: windows in small chunks instead, where the on-chip block pads them most (one run, % of
 #: copy): 5,001 in chunks of 4096 (2 warps, eight per SM) 89% against 76% (Liger 79%);
@@ -183,6 +188,9 @@ TUNING: dict[str, Any] = {
 #: 72 / 70 / 80%. 7,001 stays on chip (92% against 86%).
 _SPLIT_FP32_SMALL = dict(split_packed=True, split_stages=3, split_poll_loads=True,
                          split_warps=2)
+# chunks of 2048 in 2 warps, twelve per SM: fp32 windows of 8k-32k and aligned rows of 16k-20k
+_SPLIT_FP32_2K = dict(_SPLIT_FP32_SMALL, split_chunk=2048, split_programs_per_sm=12)
+_WINDOWS_FP32_SMALL = dict(_SPLIT_FP32_2K, max_on_chip=8192)
 _SPLIT_FP32_LONG = dict(split_packed=True, split_chunk=8192, split_warps=4,
                         split_programs_per_sm=4, split_stages=2, split_poll_loads=True)
 _SPLIT_16_BIT = dict(split_itemsizes=(2, 4), split_packed=True, split_stages=3,
@@ -201,8 +209,11 @@ PLAN_TABLE: list[tuple[int, int, int, dict[str, Any]]] = [
     (4, 96, 2048, dict(unaligned_elems_per_program=1024)),
     (4, 4096, 6144, dict(window_overrides=dict(_SPLIT_FP32_SMALL, split_chunk=4096,
                                                split_programs_per_sm=8, max_on_chip=4096))),
-    (4, 8192, 32768, dict(window_overrides=dict(_SPLIT_FP32_SMALL, split_chunk=2048,
-                                                split_programs_per_sm=12, max_on_chip=8192))),
+    (4, 8192, 16384, dict(window_overrides=_WINDOWS_FP32_SMALL)),
+    # aligned rows that one block of 32,768 on chip pads by 60% or more: split the same way
+    (4, 16384, 20480, dict(_SPLIT_FP32_2K, max_on_chip=16384,
+                           window_overrides=_WINDOWS_FP32_SMALL)),
+    (4, 20480, 32768, dict(window_overrides=_WINDOWS_FP32_SMALL)),
     # aligned rows on chip as 3 chunks; windows (odd N) split as the longer rows below, which
     # on chip load element by element (fp32 40,001: 61% of copy)
     (4, 32768, 49152, dict(max_on_chip=49152, chip_chunked=True,
