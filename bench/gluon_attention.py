@@ -394,13 +394,13 @@ def _bench_ws(seqs: list[int], dims: list[int],
                           f"{tf / cudnn:.2f} | {err:.3g} |", flush=True)
 
 
-def _pick(ap: argparse.ArgumentParser, flag: str, text: str | None,
+def _pick(ap: argparse.ArgumentParser, flag: str, text: str | None, name: str,
           table: tuple[Any, ...]) -> tuple[Any, ...]:
-    """The rows of ``table`` that ``text`` names by position ("0,3"); () for None; a bad
-    position ends the command with one line (argparse's error)."""
+    """The rows of ``table`` (called ``name``) that ``text`` names by position ("0,3"); ()
+    for None; a bad position ends the command with one line (argparse's error)."""
     picked = [] if text is None else text.split(",")
     if any(not p.isdigit() or int(p) >= len(table) for p in picked):
-        ap.error(f"{flag} {text!r}: give positions in the table, 0 to {len(table) - 1}, "
+        ap.error(f"{flag} {text!r}: give positions in {name}, 0 to {len(table) - 1}, "
                  "e.g. 0,3")
     return tuple(table[int(p)] for p in picked)
 
@@ -459,9 +459,10 @@ def main(argv: list[str] | None = None) -> int:
         _bench([int(s) for s in args.seqs.split(",")], dims)
     if args.bench_ws:
         causals = {"both": (False, True), "yes": (True,), "no": (False,)}[args.causal]
-        schedules = _pick(ap, "--schedules", args.schedules, WS_SCHEDULES) or WS_SCHEDULES
-        candidates = (() if args.shipped_only else
-                      _pick(ap, "--candidates", args.candidates, WS_CANDIDATES) or WS_CANDIDATES)
+        schedules = (_pick(ap, "--schedules", args.schedules, "WS_SCHEDULES", WS_SCHEDULES)
+                     or WS_SCHEDULES)
+        candidates = (() if args.shipped_only else _pick(
+            ap, "--candidates", args.candidates, "WS_CANDIDATES", WS_CANDIDATES) or WS_CANDIDATES)
         _bench_ws([int(s) for s in args.seqs.split(",")], dims, candidates, causals, schedules)
     if not (args.offline or args.bench or args.bench_ws):
         ap.print_help()

@@ -345,7 +345,8 @@ def test_the_gluon_bench_refuses_a_launch_position_past_its_table_in_one_line(fl
         g.main(["--bench-ws", flag, f"0,{n}"])
     assert exit_info.value.code == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]
-    assert f"{flag} '0,{n}'" in err and f"0 to {n - 1}" in err, err
+    table = "WS_SCHEDULES" if flag == "--schedules" else "WS_CANDIDATES"
+    assert f"{flag} '0,{n}'" in err and f"in {table}, 0 to {n - 1}" in err, err
 
 
 def test_the_gluon_candidate_compiles_without_spills_or_serialised_wgmma():
