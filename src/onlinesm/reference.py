@@ -1,7 +1,8 @@
 """Reference implementations of softmax and attention: readable numpy, one per algorithm.
 
-Each function mirrors one algorithm of the seeds, vectorised over rows, and takes the
-accumulation dtype as a parameter so that the low-precision pitfalls can be shown, not only
+Each function mirrors one published algorithm (three-pass softmax, Milakov & Gimelshein's
+online softmax, scalar and tiled, FlashAttention's (m, d, o) state and its merge), vectorised
+over rows, and takes the accumulation dtype as a parameter so that the low-precision pitfalls can be shown, not only
 described: ``softmax_offline(x, accumulate="bfloat16")`` rounds after *every* addition, as a
 kernel summing in bf16 would (numpy's and torch's own float16/bf16 sums accumulate in float32
 internally, which would hide the bug).

@@ -9,7 +9,7 @@ Why three kernels (the launcher picks one per call):
 * ``_softmax_on_chip_kernel`` -- the row (or several short rows) fits in registers: load it once,
   max, exp, sum, normalise, store. One read + one write of x: the memory-bandwidth ideal.
 * ``_softmax_stream_kernel`` -- any length: stream the row in tiles keeping the online (m, d) pair
-  of the seeds (Milakov & Gimelshein 2018), then stream it again to write exp(x - m) / d. Two
+  of online softmax (Milakov & Gimelshein 2018), then stream it again to write exp(x - m) / d. Two
   reads + one write, never a third pass. Pass 2 walks the tiles backwards so that the tiles read
   last in pass 1 -- the ones most likely still in L2 -- are read first.
 * ``_softmax_split_kernel`` -- compiled GPU only, for rows too long for one program: a row is cut
@@ -22,7 +22,7 @@ Why three kernels (the launcher picks one per call):
   bounded: a wait that times out writes NaN instead of hanging. The interpreter runs programs one
   after another, so it never takes this path.
 
-Numerics, in the order they bite (docs/conventions.md, seeds section 7):
+Numerics, in the order they bite (the strategy families of docs/conventions.md catch each):
 
 * The running max starts at -inf, never at a finite sentinel: rows whose values all lie below
   -1e30 are ordinary rows. ``exp(-inf - -inf)`` would be NaN, so wherever the max can still be
