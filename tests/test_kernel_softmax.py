@@ -685,20 +685,24 @@ def test_tuning_knobs_are_checked():
         sp.split_exchange(t, 8)
 
 
-@pytest.mark.parametrize("width", [16400, 17000, 33000, 65536, 151936, 262144 + 1])
-def test_split_parts_are_equal_whole_vectors_that_cover_the_row(width):
+@pytest.mark.parametrize("width, parts, want", [
+    (16400, 5, 3280),  # 4 x 4096 and 16: five parts of 3280 (16400 / 5, whole vectors)
+    (17000, 5, 3408),  # 4 x 4096 and 616: 3400 rounded up to 16
+    (33000, 5, 6608),  # 4 x 8192 and 232: 6600 rounded up to 16
+    (65536, 8, 8192),  # whole chunks already
+    (151936, 19, 8192),  # 8000 each would shorten 8192 by 2%: whole chunks
+    (262145, 33, 8192),  # 7952 each, 3%: whole chunks
+])
+def test_split_parts_are_equal_whole_vectors_that_cover_the_row(width, parts, want):
     # A row waits for its longest part: equal parts, each within what a program holds and a
     # multiple of 16 elements (every part starts on a 16-byte vector), covering the row;
     # whole chunks where equal parts would shorten the longest by less than a sixteenth.
     p = sm.plan(width, itemsize=2, interpreted=False)
+    assert p.split == parts
     cols = sp.split_columns(width, p.split, p.block)
-    assert cols % 16 == 0 and cols <= p.block
+    assert cols == want and cols % 16 == 0 and cols <= p.block
     assert p.split * cols >= width > (p.split - 1) * cols  # every program has columns
-    equal = -(-width // (16 * p.split)) * 16  # the shortest parts of whole vectors
-    assert cols == (equal if equal <= p.block * 15 // 16 else p.block), (p.split, p.block)
     assert sp.split_columns(width, p.split, p.block, balanced=False) == p.block
-    if width in (16400, 33000):  # short last chunks (16 and 232 columns): equal parts
-        assert cols < p.block
 
 
 def test_split_register_cap_lets_the_planned_programs_share_an_sm():

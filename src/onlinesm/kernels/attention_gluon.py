@@ -617,9 +617,9 @@ def pays(q: Any, causal: bool = False) -> bool:
     at D = 128, S = 1024, 0.98 against 0.91 at D = 64, S = 2048, and 0.93-1.09 against
     0.89-0.94 from 4096 (at D = 64, S = 1024 0.83-0.85 against 0.88); causal, D = 128
     0.83 against 0.74 at S = 1024, 0.90 against 0.77 at 2048 (medians of 3; the Triton
-    kernel's one run) and 0.95-1.04 from 4096, D = 64 1.00 against 0.94 at 16,384; shorter causal rows at D = 64 run
-    better on the Triton kernel (S = 1024-8192: at best 0.81 / 0.91 / 0.89 / 0.91 in any
-    launch, against 0.85 / 0.89 / 0.91 / 0.94 in the same run).
+    kernel's one run) and 0.95-1.04 from 4096, D = 64 1.00 against 0.94 at 16,384; shorter
+    causal rows at D = 64 run better on the Triton kernel (S = 1024-8192: at best 0.81 /
+    0.91 / 0.89 / 0.91 in any launch, against 0.85 / 0.89 / 0.91 / 0.94 in the same run).
 
     >>> pays(torch.empty(1, 16, 4096, 128))  # doctest: +SKIP
     True
