@@ -409,10 +409,11 @@ def test_long_rows_split_on_the_gpu_stream_under_the_interpreter():
     assert tuned(262144, 2, "auto", None)["split_warps"] == 4  # five 4-warp programs per SM
     # 16-bit rows: four programs per SM up to 131,072, five past it; aligned rows of
     # 32,769-40,960 split too (3 chunks of 16,384 on chip would pad them by 20% or more),
-    # longer ones up to 49,152 stay on chip
-    for n, per_sm in ((32769, 4), (40960, 4), (49153, 4), (131072, 4), (131073, 5),
-                      (262144, 5), (262145, 5)):
-        assert split(n, 2)[0] == 8192, n
+    # up to 35,840 in chunks of 4096 ten per SM, longer ones up to 49,152 stay on chip
+    for n, chunk, per_sm in ((32769, 4096, 10), (35840, 4096, 10), (35841, 8192, 4),
+                             (40960, 8192, 4), (49153, 8192, 4), (131072, 8192, 4),
+                             (131073, 8192, 5), (262144, 8192, 5), (262145, 8192, 5)):
+        assert split(n, 2)[0] == chunk, n
         assert tuned(n, 2, "auto", None)["split_programs_per_sm"] == per_sm, n
     assert sm.plan(40961, itemsize=2, interpreted=False).path == "on_chip"
     assert sm.plan(32768, itemsize=2, interpreted=False).path == "on_chip"
@@ -633,7 +634,8 @@ def _hard_rows(n: int, dtype) -> torch.Tensor:
 @gpu
 @requires_cuda
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("n", [1000, 4096, 5001, 12289, 18000, 20001, 32768, 32769, 36000, 40001,
+@pytest.mark.parametrize("n", [1000, 4096, 5001, 12289, 18000, 20001, 32768, 32769, 34000, 36000,
+                               40001,
                                50257, 65536, 65537, 131072 + 3, 151936, 262137, 300_000,
                                (1 << 20) + 3])
 def test_gpu_long_rows_every_path(dtype, n):
@@ -688,7 +690,8 @@ def test_tuning_knobs_are_checked():
 @pytest.mark.parametrize("width, parts, want", [
     (16400, 5, 3280),  # 4 x 4096 and 16: five parts of 3280 (16400 / 5, whole vectors)
     (17000, 5, 3408),  # 4 x 4096 and 616: 3400 rounded up to 16
-    (33000, 5, 6608),  # 4 x 8192 and 232: 6600 rounded up to 16
+    (33000, 9, 3680),  # 8 x 4096 and 232: 3666.7 rounded up to 16
+    (36000, 5, 7200),  # 4 x 8192 and 3232: 7200, already whole vectors
     (65536, 8, 8192),  # whole chunks already
     (151936, 19, 8192),  # 8000 each would shorten 8192 by 2%: whole chunks
     (262145, 33, 8192),  # 7952 each, 3%: whole chunks

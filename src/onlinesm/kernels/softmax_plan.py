@@ -176,6 +176,9 @@ TUNING: dict[str, Any] = {
 #: the same way instead of on chip in 3 chunks of 16,384 (which pad them by 20-50%): 36,000
 #: 87.9 / 88.0 against 81.7 / 84.4, 40,000 91.1 / 91.0 against 89.1 / 91.8; from 45,056 on
 #: chip stays ahead or level (45,056 90.8 / 89.8 against 89.2 / 89.4).
+#: 16-bit rows of 32,769-35,840 in chunks of 4096 (2 warps, ten per SM) instead of 8192 four
+#: per SM (one run, % of copy, bf16 / fp16): 33,000 84.9 / 85.5 against 82.1 / 82.2, 34,000
+#: 88.3 / 89.4 against 85.2 / 86.7, 34,816 91.0 / 90.1 against 88.3 / 87.8; at 36,000 level.
 #: fp32 windows of 32k-49k split as the longer rows (chunks of 8192, four per SM) instead of
 #: on chip element by element: 40,001 at 89% of copy against 61% (medians of 3). fp32 aligned
 #: rows of 16,385-20,480, which one block of 32,768 pads by 60% or more, in chunks of 2048
@@ -244,7 +247,10 @@ PLAN_TABLE: list[tuple[int, int, int, dict[str, Any]]] = [
     # chunks of 16,384 on chip pad by 20% or more; the rows of 40,961-49,152 stay on chip.
     # Windows (odd N), which spill when pipelined in this shape (44 bytes at 96 registers),
     # in chunks of 4096 eight per SM up to 262,144 (32 chunks), past it in one stage.
-    (2, 32768, 40960, dict(_SPLIT_16_8K, split_programs_per_sm=4,
+    # Just past 32,768 five parts of 8192 leave each program a short part and a whole
+    # program group to pay for: chunks of 4096 (two warps, ten per SM) up to 35,840.
+    (2, 32768, 35840, dict(_SPLIT_16_SMALL, window_overrides=_SPLIT_16_WINDOWS)),
+    (2, 35840, 40960, dict(_SPLIT_16_8K, split_programs_per_sm=4,
                            window_overrides=_SPLIT_16_WINDOWS)),
     (2, 40960, 49152, dict(max_on_chip=49152, chip_chunked=True, chunk_elems_per_thread=128,
                            window_overrides=dict(_SPLIT_16_WINDOWS, max_on_chip=32768))),
