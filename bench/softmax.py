@@ -24,6 +24,8 @@ from typing import Any, Callable
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import copy_gbps, gbps, markdown_table, time_ms, write_outputs  # noqa: E402
 
+from onlinesm.kernels.softmax_plan import _chunking  # noqa: E402
+
 NS = [1000, 1024, 3000, 4096, 12288, 32768, 49152, 65536, 131072, 262144]
 
 
@@ -75,6 +77,9 @@ def variants(n: int, itemsize: int) -> list[tuple[str, dict[str, Any]]]:
       ``c4096 w4 x8 ... st3 loads``, up to 262,144, ``asm loads`` past it), all in 32 lanes
       at least. 16-bit rows of 8k-49k: ``split c4096 w2 x10 packed st3 loads`` (shipped for
       rows of 16,385-23,552 and windows of 8k-32k), ``... w4 x8 ...``, ``c2048 w2 x16``.
+    * ``chip tail eptE [stS]``: on chip as a power-of-two block and a smaller power-of-two
+      tail past it (17,000 = 16,384 + 1024) with E elements per thread, past 16,384 with S
+      pipelined stages or none.
     * ``split unbalanced``: the shipped plan, a split row's programs owning whole chunks and
       a shorter last one rather than equal parts (``split_balanced``).
     """
@@ -128,6 +133,18 @@ def variants(n: int, itemsize: int) -> list[tuple[str, dict[str, Any]]]:
                     out.append((f"chip chunks ept128 st{st}", dict(path="on_chip", tuning=dict(
                         chip_chunked=True, chunk_elems_per_thread=128, chip_stages=st,
                         chip_pipelined_block_16bit=1 << 30))))
+    block, _, tail = _chunking(n, chunks=False, tail=True)
+    if tail and 4096 < n <= 65536:  # a power-of-two block and a smaller tail past it
+        epts = (32, 64) if itemsize == 2 else (16, 32)
+        for ept in epts:
+            out.append((f"chip tail ept{ept}", dict(path="on_chip", tuning=dict(
+                chip_tail=True, chip_chunked=False, elems_per_thread=ept,
+                max_on_chip=65536))))
+        if n > 16384:  # with and without the pipelined persistent grid
+            for st in (1, 3):
+                out.append((f"chip tail ept{epts[-1]} st{st}", dict(path="on_chip", tuning=dict(
+                    chip_tail=True, chip_chunked=False, elems_per_thread=epts[-1],
+                    chip_stages=st, chip_pipelined_block_16bit=1 << 30, max_on_chip=65536))))
     # split in small chunks instead of on chip: 16-bit rows, fp32 odd rows and aligned ones
     # past 16,384 (past 32,768 the long-row shapes below have them)
     if 4096 < n <= (49152 if itemsize == 2 else 32768) and (itemsize == 2 or n % 4

@@ -160,14 +160,25 @@ def test_persistent_pipelined_on_chip_grid(dtype):
 
 
 def test_chunking_covers_rows_with_fewer_padded_columns():
-    assert sp._chunking(12288) == (4096, 3)
-    assert sp._chunking(3000) == (1024, 3)
-    assert sp._chunking(49152) == (16384, 3)
-    assert sp._chunking(1000) == (1024, 1)  # 2 x 512 covers no fewer: one chunk
-    assert sp._chunking(4096) == (4096, 1)
-    for n in (1, 5, 17, 100, 1000, 3000, 5000, 12288, 40000):
-        block, chunks = sp._chunking(n)
-        assert block & (block - 1) == 0 and chunks in (1, 3) and block * chunks >= n
+    assert sp._chunking(12288) == (4096, 3, 0)
+    assert sp._chunking(3000) == (1024, 3, 0)
+    assert sp._chunking(49152) == (16384, 3, 0)
+    assert sp._chunking(1000) == (1024, 1, 0)  # 2 x 512 covers no fewer: one chunk
+    assert sp._chunking(4096) == (4096, 1, 0)
+    # with a tail: a power-of-two block and a smaller one past it, where that pads least
+    assert sp._chunking(17000, tail=True) == (16384, 1, 1024)  # 3 x 8192 pads 45%
+    assert sp._chunking(33000, chunks=False, tail=True) == (32768, 1, 256)
+    assert sp._chunking(12288, tail=True) == (4096, 3, 0)  # 8192 + 4096 covers as many
+    assert sp._chunking(20000, tail=True) == (16384, 1, 4096)
+    assert sp._chunking(24576, tail=True) == (8192, 3, 0)
+    assert sp._chunking(16384, tail=True) == (16384, 1, 0)  # a power of two: no tail
+    assert sp._chunking(24577, tail=True) == (32768, 1, 0)  # 16,384 + 16,384: no smaller
+    for n in (1, 5, 17, 33, 100, 1000, 3000, 5000, 12288, 17000, 40000):
+        for tail in (False, True):
+            block, chunks, rest = sp._chunking(n, tail=tail)
+            assert block & (block - 1) == 0 and chunks in (1, 3) and rest & (rest - 1) == 0
+            assert block * chunks + rest >= n and rest < block and (rest == 0 or chunks == 1)
+            assert rest == 0 or block * chunks + rest - n < rest  # the tail is needed whole
 
 
 # Rows that do not start on a 16-byte vector: each is an aligned window, whole vectors in the
@@ -274,10 +285,14 @@ def test_rows_of_4k_to_262k_split_where_on_chip_pads_or_windows_lose():
         p = sp.plan(width, itemsize=itemsize, interpreted=False, windowed=windowed)
         return p.path, p.block, p.split, p.num_warps
 
-    assert launch(16400) == ("split", 4096, 5, 2)
-    assert launch(20000) == ("split", 4096, 5, 2)
+    assert launch(20481) == ("split", 4096, 6, 2)
     assert launch(23552) == ("split", 4096, 6, 2)
     assert launch(16384)[0] == launch(23553)[0] == launch(24576)[0] == "on_chip"
+    # ... but aligned rows of 16,385-20,480 on chip as 16,384 and a tail of 4096, windows
+    # of that width split
+    assert launch(16385) == launch(20480) == ("on_chip", 16384, 1, 16)
+    assert sp.plan(16385, itemsize=2, interpreted=False).tail == 4096
+    assert launch(16393, windowed=True) == ("split", 4096, 5, 2)
     assert launch(8185, windowed=True)[0] == "on_chip"  # windows up to 8192 stay on chip
     assert launch(12289, windowed=True) == ("split", 4096, 4, 2)
     assert launch(30001, windowed=True) == ("split", 4096, 8, 2)
@@ -300,10 +315,14 @@ def test_rows_of_4k_to_262k_split_where_on_chip_pads_or_windows_lose():
     # element); aligned rows of that length stay on chip
     assert fp32(40001) == ("split", 8192, 5, 4)
     assert fp32(40000, windowed=False)[0] == "on_chip"
-    # fp32 aligned rows that one block of 32,768 pads by 60% or more: chunks of 2048
-    assert fp32(16400, windowed=False) == ("split", 2048, 9, 2)
-    assert fp32(20480, windowed=False) == ("split", 2048, 10, 2)
-    assert fp32(16384, windowed=False)[0] == fp32(20481, windowed=False)[0] == "on_chip"
+    # fp32 aligned rows just past 8192, 16,384 and 32,768 on chip as that block and a tail
+    for n, block, tail in ((8193, 8192, 2048), (9216, 8192, 2048), (16385, 16384, 2048),
+                           (20480, 16384, 4096), (32769, 32768, 4096), (34816, 32768, 4096)):
+        p = sp.plan(n, itemsize=4, interpreted=False)
+        assert (p.path, p.block, p.chunks, p.tail) == ("on_chip", block, 1, tail), n
+    for n in (8192, 9217, 16384, 20481, 34817):  # and without a tail either side
+        assert sp.plan(n, itemsize=4, interpreted=False).tail == 0, n
+    assert fp32(16401) == ("split", 2048, 9, 2)  # windows still split
     # a caller's window_overrides replace the row's: {} plans windows as aligned rows
     t = sp._tuning(12296, 2, "auto", dict(window_overrides={}), windowed=True)
     assert t["max_on_chip"] == sp.TUNING["max_on_chip"] and not t["split_packed"]
@@ -352,14 +371,21 @@ def test_row_layouts_that_cannot_shift_take_the_scalar_path(dtype):
 CHUNKED = dict(chip_chunked=True)
 
 
+#: ... and rows covered by a power-of-two block and a smaller tail (17,000 = 16,384 + 1024).
+TAILED = dict(chip_tail=True)
+
+
+@pytest.mark.parametrize("tuning", [CHUNKED, TAILED, {**CHUNKED, **TAILED}],
+                         ids=["chunks", "tail", "both"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-def test_chunked_on_chip_rows(dtype):
-    tuning = CHUNKED
+def test_chunked_on_chip_rows(dtype, tuning):
     seen = set()
-    for n in (17, 40, 48, 100, 192, 200, 255):
+    for n in (17, 40, 48, 100, 140, 192, 200, 255, 600):
         p = sm.plan(n, path="on_chip", tuning=tuning, itemsize=torch.empty(0, dtype=dtype).element_size())
-        assert p.block * p.chunks >= n and p.chunks == sp._chunking(n)[1]
-        seen.add(p.chunks)
+        block, chunks, tail = sp._chunking(n, "chip_chunked" in tuning, "chip_tail" in tuning)
+        assert p.block * p.chunks + p.tail >= n and (p.block, p.chunks) == (block, chunks)
+        assert p.tail == 0 if not tail else tail <= p.tail < p.block  # widened to a vector
+        seen.add((p.chunks, p.tail > 0))
         x = gaussian(5, n, seed=n)
         x[1, : n // 2 + 1] = NEG_INF  # a prefix across chunk boundaries
         x[2] = NEG_INF  # fully masked
@@ -369,7 +395,22 @@ def test_chunked_on_chip_rows(dtype):
         t = make(x, dtype)
         for fm in ("zeros", "nan"):
             check(t, run(t, "on_chip", tuning=tuning, fully_masked=fm), fm)
-    assert seen == {1, 3}  # 40 and 48 = 3 x 16, 192 = 3 x 64: less padding than one block
+    # 40 and 48 = 3 x 16, 192 = 3 x 64; 600 = 512 + a tail widened to a vector per thread
+    assert seen == {(1, False), (3, False)} if tuning is CHUNKED else (1, True) in seen
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_tailed_rows_as_windows_packed_and_persistent(dtype):
+    # Rows off the vector boundary, one per program: windows (16-bit) whose whole vectors end
+    # in the tail; several rows per program; a persistent, pipelined grid.
+    x = make(_off_vector_rows(600, dtype), dtype)  # 600 or windows of 607: 512 + a tail
+    for extra in (ONE_ROW, dict(min_elems_per_program=2048),
+                  dict(chip_stages=2, chip_programs_per_sm=2)):
+        p = sm.plan(607, path="on_chip", tuning={**TAILED, **extra},
+                    itemsize=x.element_size())
+        assert (p.block, p.tail) == (512, 32 * p.num_warps * _vec(dtype) // p.rows_per_program)
+        for fm in ("zeros", "nan"):
+            check(x, run(x, "on_chip", tuning={**TAILED, **extra}, fully_masked=fm), fm)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
@@ -634,8 +675,8 @@ def _hard_rows(n: int, dtype) -> torch.Tensor:
 @gpu
 @requires_cuda
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("n", [1000, 4096, 5001, 12289, 18000, 20001, 32768, 32769, 34000, 36000,
-                               40001,
+@pytest.mark.parametrize("n", [1000, 4096, 5001, 9000, 12289, 17000, 18000, 20001, 32768, 32769,
+                               33000, 34000, 36000, 40001,
                                50257, 65536, 65537, 131072 + 3, 151936, 262137, 300_000,
                                (1 << 20) + 3])
 def test_gpu_long_rows_every_path(dtype, n):
@@ -688,8 +729,8 @@ def test_tuning_knobs_are_checked():
 
 
 @pytest.mark.parametrize("width, parts, want", [
-    (16400, 5, 3280),  # 4 x 4096 and 16: five parts of 3280 (16400 / 5, whole vectors)
-    (17000, 5, 3408),  # 4 x 4096 and 616: 3400 rounded up to 16
+    (20488, 6, 3424),  # 5 x 4096 and 8: 3414.7 rounded up to 16
+    (21000, 6, 3504),  # 5 x 4096 and 520: 3500 rounded up to 16
     (33000, 9, 3680),  # 8 x 4096 and 232: 3666.7 rounded up to 16
     (36000, 5, 7200),  # 4 x 8192 and 3232: 7200, already whole vectors
     (65536, 8, 8192),  # whole chunks already
@@ -761,7 +802,7 @@ def test_gpu_split_grid_sized_by_registers(dtype):
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 # Forced on chip only up to 49152: at 65539 in fp32 the row needs 393 KB of shared memory and
 # Triton raises OutOfResources (path="auto" never sends such a row on chip).
-@pytest.mark.parametrize("n", [3000, 12288, 20000, 49152])
+@pytest.mark.parametrize("n", [3000, 12288, 17001, 20000, 49152])
 def test_gpu_sweep_candidates(dtype, n):
     # The variants bench/softmax.py --tune times, on the rows that break kernels.
     t = _hard_rows(n, dtype)
@@ -769,6 +810,10 @@ def test_gpu_sweep_candidates(dtype, n):
              dict(path="on_chip", tuning=CHUNKED),
              dict(path="on_chip", tuning=dict(chip_chunked=True, chunk_elems_per_thread=128)),
              dict(path="on_chip", tuning=dict(chip_chunked=True, chip_stages=2,
+                                              chip_programs_per_sm=2)),
+             # a power-of-two block and a tail (17,001 in 16-bit: as windows, one per program)
+             dict(path="on_chip", tuning=dict(chip_tail=True, elems_per_thread=32)),
+             dict(path="on_chip", tuning=dict(chip_tail=True, chip_stages=3,
                                               chip_programs_per_sm=2))]
     for kw in cases:
         for fm in ("zeros", "nan"):
@@ -848,10 +893,10 @@ def test_the_shipped_split_launches_do_not_spill():
     # 2 (fp32), windows, 32 and 128 lanes.
     rows = _split_ptxas("--dtypes", "bfloat16,float16,float32", "--ns", "65536,100001,1048576")
     assert len(rows) == 9
-    # 16-bit rows of 8k-262k in chunks of 4096: 2 warps (aligned 20,000, windows 12,289 and
+    # 16-bit rows of 8k-262k in chunks of 4096: 2 warps (aligned 22,000, windows 12,289 and
     # 30,001; windows of 20,001 spill 36 bytes under triton 3.9, none under 3.6), 4 warps
     # (windows of 40,001 and 262,137: 64 lanes)
-    small = _split_ptxas("--dtypes", "bfloat16", "--ns", "12289,20000,30001,40001,262137")
+    small = _split_ptxas("--dtypes", "bfloat16", "--ns", "12289,22000,30001,40001,262137")
     assert [(r["options"]["CHUNK"], r["options"]["num_warps"]) for r in small] == [
         (4096, 2), (4096, 2), (4096, 2), (4096, 4), (4096, 4)]
     rows += small

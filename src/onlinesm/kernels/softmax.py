@@ -241,6 +241,8 @@ def _softmax_on_chip_kernel(
     CHUNKS: tl.constexpr = 1,  # 1..3 pieces of BLOCK_N per row: 12288 = 3 x 4096, not 16384
     SHIFT: tl.constexpr = 1,  # > 1: rows as aligned windows (see _shift); CHUNKS * BLOCK_N
     # then covers n_cols + SHIFT - 1
+    TAIL: tl.constexpr = 0,  # power of two < BLOCK_N: columns past the chunks (17,000 =
+    # 16,384 + 1024), or 0
 ):
     if ALIGN > 1:
         # The launcher checked that sizes and strides are multiples of ALIGN (one 16-byte
@@ -257,11 +259,11 @@ def _softmax_on_chip_kernel(
     cols = tl.arange(0, BLOCK_N)  # [BLOCK_N] unit column stride (the launcher made it so)
     if STAGES == 1:
         _softmax_rows(x_ptr, y_ptr, tl.program_id(0), n_rows, n_cols, stride_xm, stride_ym, cols,
-                      ROWS, NAN_IF_EMPTY, ROUND_BF16, BLOCK_N, CHUNKS, SHIFT)
+                      ROWS, NAN_IF_EMPTY, ROUND_BF16, BLOCK_N, CHUNKS, SHIFT, TAIL)
     else:
         for blk in tl.range(tl.program_id(0), n_blocks, tl.num_programs(0), num_stages=STAGES):
             _softmax_rows(x_ptr, y_ptr, blk, n_rows, n_cols, stride_xm, stride_ym, cols,
-                          ROWS, NAN_IF_EMPTY, ROUND_BF16, BLOCK_N, CHUNKS, SHIFT)
+                          ROWS, NAN_IF_EMPTY, ROUND_BF16, BLOCK_N, CHUNKS, SHIFT, TAIL)
 
 
 @triton.jit
@@ -291,8 +293,8 @@ def _whole_vectors(row_ok, c, v_lo, v_hi, SHIFT: tl.constexpr):
 @triton.jit
 def _load_chunk(x_ptr, x_base, row_ok, v_lo, v_hi, cols, k: tl.constexpr,
                 BLOCK_N: tl.constexpr, SHIFT: tl.constexpr):
-    """Chunk k (window columns k * BLOCK_N + cols) of the rows, -inf outside the row's whole
-    vectors, widened to fp32.
+    """Chunk k (window columns k * BLOCK_N + cols; the tail: cols shorter than BLOCK_N) of
+    the rows, -inf outside the row's whole vectors, widened to fp32.
 
     Padding lanes read -inf: exp(-inf) = 0, so they add nothing to d and cannot raise the max.
     """
@@ -323,14 +325,16 @@ def _store_chunk(y_ptr, y_base, row_ok, v_lo, v_hi, cols, e, inv,
 @triton.jit
 def _softmax_rows(x_ptr, y_ptr, blk, n_rows, n_cols, stride_xm, stride_ym, cols,
                   ROWS: tl.constexpr, NAN_IF_EMPTY: tl.constexpr, ROUND_BF16: tl.constexpr,
-                  BLOCK_N: tl.constexpr, CHUNKS: tl.constexpr, SHIFT: tl.constexpr):
+                  BLOCK_N: tl.constexpr, CHUNKS: tl.constexpr, SHIFT: tl.constexpr,
+                  TAIL: tl.constexpr):
     """Softmax of rows blk * ROWS ... blk * ROWS + ROWS - 1, each held whole in registers.
 
-    A row is CHUNKS tensors of BLOCK_N columns (x0 .. x2), so a length that is not a power of
-    two is covered by a few power-of-two pieces instead of padding to the next power of two
-    (12288 = 3 x 4096: no idle quarter). Every chunk is loaded before any reduction: all of the
-    row's bytes are in flight at once. With SHIFT > 1 the chunks hold the row's whole vectors
-    and a small tensor xe its loose elements at both ends (see _row_window).
+    A row is CHUNKS tensors of BLOCK_N columns (x0 .. x2) and, with TAIL > 0, one of TAIL
+    columns past them (xt), so a length that is not a power of two is covered by a few
+    power-of-two pieces instead of padding to the next power of two (12288 = 3 x 4096: no
+    idle quarter; 17,000 = 16,384 + 1024). Every chunk is loaded before any reduction: all
+    of the row's bytes are in flight at once. With SHIFT > 1 the chunks hold the row's whole
+    vectors and a small tensor xe its loose elements at both ends (see _row_window).
     """
     rows = blk * ROWS + tl.arange(0, ROWS)  # [ROWS] the rows of this block
     row_ok = rows < n_rows
@@ -342,6 +346,9 @@ def _softmax_rows(x_ptr, y_ptr, blk, n_rows, n_cols, stride_xm, stride_ym, cols,
         x1 = _load_chunk(x_ptr, x_base, row_ok, v_lo, v_hi, cols, 1, BLOCK_N, SHIFT)
     if CHUNKS > 2:
         x2 = _load_chunk(x_ptr, x_base, row_ok, v_lo, v_hi, cols, 2, BLOCK_N, SHIFT)
+    if TAIL > 0:
+        tail_cols = tl.arange(0, TAIL)
+        xt = _load_chunk(x_ptr, x_base, row_ok, v_lo, v_hi, tail_cols, CHUNKS, BLOCK_N, SHIFT)
     if SHIFT > 1:
         # The loose elements at the row's two ends: at most 2 (SHIFT - 1) scalars per row.
         ke, oke = _loose_columns(tl.arange(0, 2 * SHIFT)[None, :], first[:, None], v_lo[:, None],
@@ -355,6 +362,8 @@ def _softmax_rows(x_ptr, y_ptr, blk, n_rows, n_cols, stride_xm, stride_ym, cols,
         m = tl.maximum(m, tl.max(x1, axis=1))
     if CHUNKS > 2:
         m = tl.maximum(m, tl.max(x2, axis=1))
+    if TAIL > 0:
+        m = tl.maximum(m, tl.max(xt, axis=1))
     if SHIFT > 1:
         m = tl.maximum(m, tl.max(xe, axis=1))
     # A fully masked row has m = -inf, and x - m would be -inf - -inf = NaN. Shift by 0
@@ -371,6 +380,9 @@ def _softmax_rows(x_ptr, y_ptr, blk, n_rows, n_cols, stride_xm, stride_ym, cols,
     if CHUNKS > 2:
         x2 = _chunk_exp(x2, m_ref)
         d += tl.sum(x2, axis=1)
+    if TAIL > 0:
+        xt = _chunk_exp(xt, m_ref)
+        d += tl.sum(xt, axis=1)
     if SHIFT > 1:
         xe = _chunk_exp(xe, m_ref)
         d += tl.sum(xe, axis=1)
@@ -383,6 +395,9 @@ def _softmax_rows(x_ptr, y_ptr, blk, n_rows, n_cols, stride_xm, stride_ym, cols,
     if CHUNKS > 2:
         _store_chunk(y_ptr, y_base, row_ok, v_lo, v_hi, cols, x2, inv, 2, BLOCK_N, ROUND_BF16,
                      SHIFT)
+    if TAIL > 0:
+        _store_chunk(y_ptr, y_base, row_ok, v_lo, v_hi, tail_cols, xt, inv, CHUNKS, BLOCK_N,
+                     ROUND_BF16, SHIFT)
     if SHIFT > 1:
         tl.store(y_ptr + y_base[:, None] + ke,
                  _to_output(xe * inv[:, None], y_ptr, ROUND_BF16), mask=oke)
@@ -834,6 +849,7 @@ def softmax(
             x2, y2, n_rows, n_cols, x2.stride(0), y2.stride(0),
             BLOCK_N=p.block, ROWS=p.rows_per_program, NAN_IF_EMPTY=nan_if_empty,
             ROUND_BF16=round_bf16, STAGES=p.stages, ALIGN=align, CHUNKS=p.chunks, SHIFT=shift,
+            TAIL=p.tail,
             num_warps=p.num_warps,
         )
     elif p.path == "stream":

@@ -93,6 +93,9 @@ TUNING: dict[str, Any] = {
     "window_overrides": {},
     # Candidates for the H200 sweep (off by default until measured; bench/softmax.py --tune):
     "chip_chunked": False,  # cover a row by 3 power-of-two chunks when that pads less
+    # cover a row by a power-of-two block and a smaller power-of-two tail when that pads less
+    # (17,000 = 16,384 + 1024 columns, not 32,768 or 3 x 8192)
+    "chip_tail": False,
     # elements per thread when the row is held as 3 chunks; 0: the same as elems_per_thread
     "chunk_elems_per_thread": 0,
     "chip_warps": 0,  # on-chip num_warps; 0: BLOCK_N * ROWS / (32 * elems_per_thread)
@@ -179,6 +182,14 @@ TUNING: dict[str, Any] = {
 #: 16-bit rows of 32,769-35,840 in chunks of 4096 (2 warps, ten per SM) instead of 8192 four
 #: per SM (one run, % of copy, bf16 / fp16): 33,000 84.9 / 85.5 against 82.1 / 82.2, 34,000
 #: 88.3 / 89.4 against 85.2 / 86.7, 34,816 91.0 / 90.1 against 88.3 / 87.8; at 36,000 level.
+#: Rows just past a power of two on chip as that block and a smaller power-of-two tail (widened
+#: to one 16-byte vector per thread), instead of split in small chunks or padded (one run, % of
+#: copy): bf16 / fp16 17,000 / 18,000 / 20,000 at 90.0 / 94.0 / 97.6% and 91.2 / 94.8 / 97.8%
+#: against 84.1 / 88.4 / 88.8% and 84.8 / 88.5 / 88.4% (16,384 + 4096 in 16 warps); fp32
+#: 9,000 98.1% against 96.4% (8192 + 2048), 17,000 / 18,000 / 20,000 98.2 / 98.3 / 92.4%
+#: against 89.9 / 90.0 / 91.1% (16,384 + 2048 or 4096), 33,000 94.8% against 90.3% (32,768 +
+#: 4096). Level or behind elsewhere: 16-bit 9,000-10,000 and 33,000-40,000, fp32 10,000 and
+#: 36,000-40,000; odd 16-bit rows as windows 61-74% (17,001, 20,001), so windows keep split.
 #: fp32 windows of 32k-49k split as the longer rows (chunks of 8192, four per SM) instead of
 #: on chip element by element: 40,001 at 89% of copy against 61% (medians of 3). fp32 aligned
 #: rows of 16,385-20,480, which one block of 32,768 pads by 60% or more, in chunks of 2048
@@ -212,14 +223,18 @@ PLAN_TABLE: list[tuple[int, int, int, dict[str, Any]]] = [
     (4, 96, 2048, dict(unaligned_elems_per_program=1024)),
     (4, 4096, 6144, dict(window_overrides=dict(_SPLIT_FP32_SMALL, split_chunk=4096,
                                                split_programs_per_sm=8, max_on_chip=4096))),
-    (4, 8192, 16384, dict(window_overrides=_WINDOWS_FP32_SMALL)),
-    # aligned rows that one block of 32,768 on chip pads by 60% or more: split the same way
-    (4, 16384, 20480, dict(_SPLIT_FP32_2K, max_on_chip=16384,
+    # aligned rows just past a power of two on chip as that block and a tail (8192 + 2048,
+    # 16,384 + 2048 or 4096 columns, 32 warps); windows (odd N) split in small chunks
+    (4, 8192, 9216, dict(chip_tail=True, window_overrides=_WINDOWS_FP32_SMALL)),
+    (4, 9216, 16384, dict(window_overrides=_WINDOWS_FP32_SMALL)),
+    (4, 16384, 20480, dict(chip_tail=True, elems_per_thread=32,
                            window_overrides=_WINDOWS_FP32_SMALL)),
     (4, 20480, 32768, dict(window_overrides=_WINDOWS_FP32_SMALL)),
     # aligned rows on chip as 3 chunks; windows (odd N) split as the longer rows below, which
     # on chip load element by element (fp32 40,001: 61% of copy)
-    (4, 32768, 49152, dict(max_on_chip=49152, chip_chunked=True,
+    (4, 32768, 34816, dict(max_on_chip=49152, chip_tail=True,
+                           window_overrides=dict(_SPLIT_FP32_LONG, max_on_chip=32768))),
+    (4, 34816, 49152, dict(max_on_chip=49152, chip_chunked=True,
                            window_overrides=dict(_SPLIT_FP32_LONG, max_on_chip=32768))),
     # Long rows split across programs exchanging (m, d) as one self-flagging word polled in
     # one PTX loop with relaxed loads, the row loop pipelined in 2 stages: chunks of 8192 in
@@ -235,8 +250,12 @@ PLAN_TABLE: list[tuple[int, int, int, dict[str, Any]]] = [
     (2, 2048, 4096, dict(chip_chunked=True, chunk_elems_per_thread=128)),
     (2, 4096, 16384, dict(elems_per_thread=64, chip_chunked=True, chunk_elems_per_thread=128,
                           **_WINDOWS_16_SMALL)),
-    # rows that 3 chunks of 8192 on chip would pad by 4% or more: split in small chunks
-    (2, 16384, 23552, dict(_SPLIT_16_SMALL, max_on_chip=16384)),
+    # aligned rows of 16,385-20,480 on chip as 16,384 columns and a tail of 4096 in 16 warps;
+    # windows (odd N) and rows up to 23,552, which 3 chunks of 8192 on chip would pad by 4% or
+    # more, split in small chunks
+    (2, 16384, 20480, dict(chip_tail=True, elems_per_thread=32,
+                           window_overrides=dict(_SPLIT_16_SMALL, max_on_chip=16384))),
+    (2, 20480, 23552, dict(_SPLIT_16_SMALL, max_on_chip=16384)),
     (2, 23552, 24576, dict(chip_chunked=True, chunk_elems_per_thread=128, chip_stages=3,
                            **_WINDOWS_16_SMALL)),
     (2, 24576, 32768, dict(elems_per_thread=64, **_WINDOWS_16_SMALL)),
@@ -274,20 +293,26 @@ class Plan:
     num_warps: int = 4
     stages: int = 1  # on_chip: > 1 means a persistent, software-pipelined grid
     chunks: int = 1  # on_chip: the row is chunks x block columns (block a power of two)
+    tail: int = 0  # on_chip: and a smaller power-of-two block of columns past them (or none)
 
 
-def _chunking(n_cols: int) -> tuple[int, int]:
-    """(block, chunks): n_cols covered by 1 or 3 power-of-two blocks, whichever pads less.
+def _chunking(n_cols: int, chunks: bool = True, tail: bool = False) -> tuple[int, int, int]:
+    """(block, chunks, tail): n_cols covered by one power-of-two block, by 3 (``chunks``), or
+    by one and a smaller power-of-two tail past it (``tail``), whichever pads least (on a tie
+    the fewer pieces).
 
-    12288 -> (4096, 3), 3000 -> (1024, 3), 1000 -> (1024, 1). Two or four blocks never pad
-    less than one (2 * 2**k covers what 2**(k+1) does), so three is the only other count.
+    12288 -> (4096, 3, 0), 3000 -> (1024, 3, 0), 1000 -> (1024, 1, 0); with the tail 17,000 ->
+    (16384, 1, 1024) (2.4% padded, where 3 x 8192 pads 45% and 32,768 93%). Two or four
+    equal blocks never pad less than one (2 * 2**k covers what 2**(k+1) does), so three is
+    the only other count.
     """
-    best = (max(16, _pow2(n_cols)), 1)
-    for k in (3,):
-        block = max(16, _pow2(-(-n_cols // k)))
-        if block * k < best[0] * best[1]:
-            best = (block, k)
-    return best
+    covers = [(max(16, _pow2(n_cols)), 1, 0)]
+    if chunks:
+        covers.append((max(16, _pow2(-(-n_cols // 3))), 3, 0))
+    if tail and n_cols > 32:
+        block = _pow2(n_cols) // 2  # the largest power of two below n_cols
+        covers.append((block, 1, max(16, _pow2(n_cols - block))))
+    return min(covers, key=lambda c: c[0] * c[1] + c[2])
 
 
 def _pow2(n: int) -> int:
@@ -355,19 +380,17 @@ def plan(
         else:
             path = "stream"
     if path == "on_chip":
-        block, chunks = _chunking(n_cols) if t["chip_chunked"] else (max(16, _pow2(n_cols)), 1)
-        width = block * chunks
-        rows = max(1, min(64, int(t["min_elems_per_program"]) // width))
-        rows = 1 << (rows.bit_length() - 1)  # a power of two (tl.arange), rounded down
-        per_thread = int(t["elems_per_thread"])
-        if chunks > 1 and int(t["chunk_elems_per_thread"]):
-            per_thread = int(t["chunk_elems_per_thread"])
-        warps = int(t["chip_warps"]) or width * rows // (32 * per_thread)
-        warps = max(1, min(32, _pow2(max(1, warps))))
-        stages = int(t["chip_stages"])
-        if stages == 1 and itemsize == 2 and width >= int(t["chip_pipelined_block_16bit"]):
-            stages = int(t["chip_pipelined_stages"])
-        return Plan("on_chip", block, rows, 1, warps, stages, chunks)
+        chunked, tailed = bool(t["chip_chunked"]), bool(t["chip_tail"])
+        p = _on_chip(_chunking(n_cols, chunked, tailed), t, itemsize)
+        # A tail of less than one 16-byte vector per thread loads in narrow pieces and is laid
+        # out again through shared memory (bf16 17,000 in 16 warps with a tail of 1024: 66%
+        # of copy against 98% for 20,000 with 4096): widen it to a vector per thread, or
+        # cover the row without a tail where the widened tail would be as wide as the block.
+        least = 32 * p.num_warps * max(1, 16 // itemsize) // p.rows_per_program
+        if 0 < p.tail < least:
+            p = (dataclasses.replace(p, tail=least) if least < p.block
+                 else _on_chip(_chunking(n_cols, chunked, False), t, itemsize))
+        return p
     if path == "stream":
         block = _pow2(tile if tile is not None else t["stream_tile"])
         return Plan("stream", max(16, block), 1, 1, int(t["stream_warps"]))
@@ -375,6 +398,25 @@ def plan(
         chunk = _pow2(tile if tile is not None else min(int(t["split_chunk"]), _pow2(n_cols)))
         return Plan("split", chunk, 1, -(-n_cols // chunk), int(t["split_warps"]))
     raise ValueError(f"path={path!r} is not one of {PATHS}; use 'auto' unless testing a kernel")
+
+
+def _on_chip(cover: tuple[int, int, int], t: dict[str, Any], itemsize: int) -> Plan:
+    """The on-chip launch for rows covered by ``cover`` = (block, chunks, tail) columns under
+    the knobs ``t``: rows per program, warps (from the block's columns: the tail rides along
+    in their threads) and pipelined stages."""
+    block, chunks, tail = cover
+    width = block * chunks + tail
+    rows = max(1, min(64, int(t["min_elems_per_program"]) // width))
+    rows = 1 << (rows.bit_length() - 1)  # a power of two (tl.arange), rounded down
+    per_thread = int(t["elems_per_thread"])
+    if chunks > 1 and int(t["chunk_elems_per_thread"]):
+        per_thread = int(t["chunk_elems_per_thread"])
+    warps = int(t["chip_warps"]) or block * chunks * rows // (32 * per_thread)
+    warps = max(1, min(32, _pow2(max(1, warps))))
+    stages = int(t["chip_stages"])
+    if stages == 1 and itemsize == 2 and width >= int(t["chip_pipelined_block_16bit"]):
+        stages = int(t["chip_pipelined_stages"])
+    return Plan("on_chip", block, rows, 1, warps, stages, chunks, tail)
 
 
 @dataclasses.dataclass(frozen=True)
