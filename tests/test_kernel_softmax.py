@@ -813,7 +813,7 @@ def test_gpu_sweep_candidates(dtype, n):
                                               chip_programs_per_sm=2)),
              # a power-of-two block and a tail (17,001 in 16-bit: as windows, one per program)
              dict(path="on_chip", tuning=dict(chip_tail=True, elems_per_thread=32)),
-             dict(path="on_chip", tuning=dict(chip_tail=True, chip_stages=3,
+             dict(path="on_chip", tuning=dict(chip_tail=True, chip_stages=2,
                                               chip_programs_per_sm=2))]
     for kw in cases:
         for fm in ("zeros", "nan"):
