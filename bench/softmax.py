@@ -287,6 +287,7 @@ def main() -> None:
             # The launch softmax(x) makes (rows off the vector boundary plan differently).
             plan, knobs, _, shift = sm._launch_plan(x, x, "auto", None, None, None)
             row["plan"] = (f"{plan.path} b{plan.block}" + (f"x{plan.chunks}" if plan.chunks > 1 else "")
+                           + (f"+t{plan.tail}" if plan.tail else "")
                            + f" r{plan.rows_per_program} s{plan.split} w{plan.num_warps}"
                            + (f" {sm.split_exchange(knobs, plan.split)}"
                               if plan.path == "split" else f" st{plan.stages}")
