@@ -78,7 +78,7 @@ def variants(n: int, itemsize: int) -> list[tuple[str, dict[str, Any]]]:
       at least. 16-bit rows of 8k-49k: ``split c4096 w2 x10 packed st3 loads`` (shipped for
       rows of 16,385-23,552 and windows of 8k-32k), ``... w4 x8 ...``, ``c2048 w2 x16``.
     * ``chip tail eptE [stS]``: on chip as a power-of-two block and a smaller power-of-two
-      tail past it (17,000 = 16,384 + 1024) with E elements per thread, past 16,384 with S
+      tail past it (17,000 = 16,384 + a tail) with E elements per thread, past 16,384 with S
       pipelined stages or none.
     * ``split unbalanced``: the shipped plan, a split row's programs owning whole chunks and
       a shorter last one rather than equal parts (``split_balanced``).
@@ -133,7 +133,7 @@ def variants(n: int, itemsize: int) -> list[tuple[str, dict[str, Any]]]:
                     out.append((f"chip chunks ept128 st{st}", dict(path="on_chip", tuning=dict(
                         chip_chunked=True, chunk_elems_per_thread=128, chip_stages=st,
                         chip_pipelined_block_16bit=1 << 30))))
-    block, _, tail = _chunking(n, chunks=False, tail=True)
+    _, _, tail = _chunking(n, chunks=False, tail=True)
     if tail and 4096 < n <= 65536:  # a power-of-two block and a smaller tail past it
         epts = (32, 64) if itemsize == 2 else (16, 32)
         for ept in epts:

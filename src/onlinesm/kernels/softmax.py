@@ -241,8 +241,8 @@ def _softmax_on_chip_kernel(
     CHUNKS: tl.constexpr = 1,  # 1..3 pieces of BLOCK_N per row: 12288 = 3 x 4096, not 16384
     SHIFT: tl.constexpr = 1,  # > 1: rows as aligned windows (see _shift); CHUNKS * BLOCK_N
     # then covers n_cols + SHIFT - 1
-    TAIL: tl.constexpr = 0,  # power of two < BLOCK_N: columns past the chunks (17,000 =
-    # 16,384 + 1024), or 0
+    TAIL: tl.constexpr = 0,  # power of two < BLOCK_N: columns past the chunks (bf16 17,000 =
+    # 16,384 + 4096 in 16 warps), or 0
 ):
     if ALIGN > 1:
         # The launcher checked that sizes and strides are multiples of ALIGN (one 16-byte
@@ -332,7 +332,7 @@ def _softmax_rows(x_ptr, y_ptr, blk, n_rows, n_cols, stride_xm, stride_ym, cols,
     A row is CHUNKS tensors of BLOCK_N columns (x0 .. x2) and, with TAIL > 0, one of TAIL
     columns past them (xt), so a length that is not a power of two is covered by a few
     power-of-two pieces instead of padding to the next power of two (12288 = 3 x 4096: no
-    idle quarter; 17,000 = 16,384 + 1024). Every chunk is loaded before any reduction: all
+    idle quarter; 17,000 = 16,384 + 4096). Every chunk is loaded before any reduction: all
     of the row's bytes are in flight at once. With SHIFT > 1 the chunks hold the row's whole
     vectors and a small tensor xe its loose elements at both ends (see _row_window).
     """

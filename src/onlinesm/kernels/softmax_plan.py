@@ -11,7 +11,7 @@ triton, so a plan can be asked for without a GPU or an interpreter.
 Example:
     >>> from onlinesm.kernels.softmax_plan import plan
     >>> plan(12288, itemsize=2, interpreted=False)
-    Plan(path='on_chip', block=4096, rows_per_program=1, split=1, num_warps=4, stages=1, chunks=3)
+    Plan(path='on_chip', block=4096, rows_per_program=1, split=1, num_warps=4, stages=1, chunks=3, tail=0)
 """
 
 from __future__ import annotations
@@ -94,7 +94,8 @@ TUNING: dict[str, Any] = {
     # Candidates for the H200 sweep (off by default until measured; bench/softmax.py --tune):
     "chip_chunked": False,  # cover a row by 3 power-of-two chunks when that pads less
     # cover a row by a power-of-two block and a smaller power-of-two tail when that pads less
-    # (17,000 = 16,384 + 1024 columns, not 32,768 or 3 x 8192)
+    # (17,000 = 16,384 + 1024 columns, not 32,768 or 3 x 8192; plan() widens the tail to one
+    # 16-byte vector per thread)
     "chip_tail": False,
     # elements per thread when the row is held as 3 chunks; 0: the same as elems_per_thread
     "chunk_elems_per_thread": 0,
@@ -194,7 +195,8 @@ TUNING: dict[str, Any] = {
 #: on chip element by element: 40,001 at 89% of copy against 61% (medians of 3). fp32 aligned
 #: rows of 16,385-20,480, which one block of 32,768 pads by 60% or more, in chunks of 2048
 #: (2 warps, twelve per SM; one run): 16,400 / 17,000 / 18,000 / 20,000 at 89 / 89 / 89 / 91%
-#: against 80 / 81 / 84 / 88% (22,000 stays on chip: 92% against 89%).
+#: against 80 / 81 / 84 / 88% (22,000 stays on chip: 92% against 89%); since replaced by the
+#: on-chip block and tail above (97-98% at 17,000-18,000).
 #: fp32 rows off the vector (odd N) of 4k-32k, loaded element by element on chip, split as
 #: windows in small chunks instead, where the on-chip block pads them most (one run, % of
 #: copy): 5,001 in chunks of 4096 (2 warps, eight per SM) 89% against 76% (Liger 79%);
@@ -202,9 +204,9 @@ TUNING: dict[str, Any] = {
 #: 72 / 70 / 80%. 7,001 stays on chip (92% against 86%).
 _SPLIT_FP32_SMALL = dict(split_packed=True, split_stages=3, split_poll_loads=True,
                          split_warps=2)
-# chunks of 2048 in 2 warps, twelve per SM: fp32 windows of 8k-32k and aligned rows of 16k-20k
-_SPLIT_FP32_2K = dict(_SPLIT_FP32_SMALL, split_chunk=2048, split_programs_per_sm=12)
-_WINDOWS_FP32_SMALL = dict(_SPLIT_FP32_2K, max_on_chip=8192)
+# fp32 windows of 8k-32k: chunks of 2048 in 2 warps, twelve per SM
+_WINDOWS_FP32_SMALL = dict(_SPLIT_FP32_SMALL, split_chunk=2048, split_programs_per_sm=12,
+                           max_on_chip=8192)
 _SPLIT_FP32_LONG = dict(split_packed=True, split_chunk=8192, split_warps=4,
                         split_programs_per_sm=4, split_stages=2, split_poll_loads=True)
 _SPLIT_16_BIT = dict(split_itemsizes=(2, 4), split_packed=True, split_stages=3,
@@ -223,8 +225,9 @@ PLAN_TABLE: list[tuple[int, int, int, dict[str, Any]]] = [
     (4, 96, 2048, dict(unaligned_elems_per_program=1024)),
     (4, 4096, 6144, dict(window_overrides=dict(_SPLIT_FP32_SMALL, split_chunk=4096,
                                                split_programs_per_sm=8, max_on_chip=4096))),
-    # aligned rows just past a power of two on chip as that block and a tail (8192 + 2048,
-    # 16,384 + 2048 or 4096 columns, 32 warps); windows (odd N) split in small chunks
+    # aligned rows just past a power of two on chip as that block and a tail (8192 + 2048
+    # and 16,384 + 2048 or 4096 in 16 warps, 32,768 + 4096 in 32); windows (odd N) split in
+    # small chunks
     (4, 8192, 9216, dict(chip_tail=True, window_overrides=_WINDOWS_FP32_SMALL)),
     (4, 9216, 16384, dict(window_overrides=_WINDOWS_FP32_SMALL)),
     (4, 16384, 20480, dict(chip_tail=True, elems_per_thread=32,
@@ -309,7 +312,7 @@ def _chunking(n_cols: int, chunks: bool = True, tail: bool = False) -> tuple[int
     covers = [(max(16, _pow2(n_cols)), 1, 0)]
     if chunks:
         covers.append((max(16, _pow2(-(-n_cols // 3))), 3, 0))
-    if tail and n_cols > 32:
+    if tail and n_cols > 32:  # (at 32 or less the tail, 16 at least, is the block's width)
         block = _pow2(n_cols) // 2  # the largest power of two below n_cols
         covers.append((block, 1, max(16, _pow2(n_cols - block))))
     return min(covers, key=lambda c: c[0] * c[1] + c[2])
@@ -364,7 +367,7 @@ def plan(
     width), which take their PLAN_TABLE row's ``window_overrides``.
 
     >>> plan(1000, interpreted=False)
-    Plan(path='on_chip', block=1024, rows_per_program=4, split=1, num_warps=8, stages=1, chunks=1)
+    Plan(path='on_chip', block=1024, rows_per_program=4, split=1, num_warps=8, stages=1, chunks=1, tail=0)
     >>> plan(131072, itemsize=2, interpreted=False).path
     'split'
     """
