@@ -7,13 +7,16 @@ gallery kernels (``tests/gallery.py``) and the correct kernels (torch.softmax de
 fully_masked="nan", the references, SDPA's math backend, the built-in Triton kernels under
 the interpreter on the smallest inputs), and records per (kernel, input, property):
 
-- every bound array a property computed (``Bound.abs`` and ``Bound.exact``) and every
-  bound-use array (error / allowed) of its comparisons, as SHA-256 digests of their bytes;
-- the verdict: ``pass``, or the failure's exact message text.
+- every bound array a property computed (``Bound.abs`` and ``Bound.exact``), as SHA-256
+  digests of their bytes: onlinesm's own arithmetic, bit for bit the same on every machine;
+- for each of its comparisons, how many elements exceed the bound (error / allowed > 1);
+- the verdict: ``pass``, or the failure's message text with its numbers as ``#``.
 
 Why: correct kernels reach 0.999 of the bf16 bound, so moving an exact computation from one
 module to another can flip a near-tie. ``tests/test_verdict_snapshot.py`` recomputes the
-snapshot and requires it bit for bit.
+snapshot and requires it unchanged. The kernels' outputs (torch's CPU kernels) differ in
+their last bits from one CPU to another (vector exp and sums by instruction set), so what
+depends on them enters only as counts and verdicts, not as digests or printed values.
 
     python bench/verdict_snapshot.py            # writes tests/data/verdict_snapshot.{npz,json}
     python bench/verdict_snapshot.py --check    # recompute and compare, exit 1 on a change
@@ -25,6 +28,7 @@ import argparse
 import contextlib
 import hashlib
 import json
+import re
 import sys
 import warnings
 from pathlib import Path
@@ -119,6 +123,18 @@ def _conv_for(spec: Any, dtype: str) -> Any:
     return spec
 
 
+_NUMBER = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?|nan|inf")
+
+
+def _verdict_text(text: str) -> str:
+    """A verdict with its numbers masked: the values it prints come from the kernel's output.
+
+    >>> _verdict_text("fail: row 1 sums to 0.0, |sum - 1| = 1 > allowed 6.04e-05")
+    'fail: row # sums to #, |sum - #| = # > allowed #'
+    """
+    return _NUMBER.sub("#", text)
+
+
 def _digest(a: Any) -> str:
     a = np.ascontiguousarray(np.asarray(a, dtype=np.float64))
     return hashlib.sha256(str(a.shape).encode() + a.tobytes()).hexdigest()[:24]
@@ -144,7 +160,8 @@ def _recording(log: list[tuple[str, str]]) -> Iterator[None]:
 
     def compare(actual: Any, exact: Any, bound: Any, **kw: Any) -> Any:
         with np.errstate(all="ignore"):
-            log.append(("bound_use", _digest(bound_use(actual, exact, bound.abs))))
+            use = np.asarray(bound_use(actual, exact, bound.abs), dtype=np.float64)
+            log.append(("bound_use > 1", str(int(np.sum(~(use <= 1))))))
         return saved["compare"](actual, exact, bound, **kw)
 
     P.compare = compare  # type: ignore[attr-defined]
@@ -159,7 +176,8 @@ def _recording(log: list[tuple[str, str]]) -> Iterator[None]:
 
 def compute(inputs: dict[str, Any] | None = None) -> dict[str, Any]:
     """Run every kernel on its inputs through every property; the records, by key
-    ``kernel | input | property`` -> {"arrays": [[what, digest], ...], "verdict": text}."""
+    ``kernel | input | property`` -> {"arrays": [[what, digest or count], ...], "verdict":
+    text with numbers masked}."""
     from onlinesm.harness import Kernel, KernelError
     from onlinesm.properties import ATTENTION_PROPERTIES, SOFTMAX_PROPERTIES, PropertyFailure, Untested
 
@@ -199,7 +217,7 @@ def compute(inputs: dict[str, Any] | None = None) -> dict[str, Any]:
                         except KernelError as err:
                             verdict = f"kernel error {err.kind}: {err}"
                     records[f"{name} | {key} | {pname}"] = {"arrays": [list(t) for t in log],
-                                                            "verdict": verdict}
+                                                            "verdict": _verdict_text(verdict)}
     return records
 
 
@@ -247,14 +265,16 @@ def write() -> dict[str, Any]:
     records = compute(inputs)
     DATA.mkdir(parents=True, exist_ok=True)
     np.savez_compressed(NPZ, **_pack_inputs(inputs))
-    INDEX.write_text(json.dumps({"schema": "onlinesm.verdict_snapshot/1", "records": records},
+    INDEX.write_text(json.dumps({"schema": "onlinesm.verdict_snapshot/2", "records": records},
                                 indent=0, sort_keys=True) + "\n")
     return records
 
 
-def compare_with_stored(records: dict[str, Any] | None = None) -> list[str]:
-    """The differences between a recomputation on the stored inputs and the stored snapshot."""
-    stored = json.loads(INDEX.read_text())["records"]
+def compare_with_stored(records: dict[str, Any] | None = None,
+                        stored: dict[str, Any] | None = None) -> list[str]:
+    """The differences between ``records`` (by default a recomputation on the stored inputs)
+    and ``stored`` (by default the stored snapshot)."""
+    stored = stored if stored is not None else json.loads(INDEX.read_text())["records"]
     fresh = records if records is not None else compute(load_inputs())
     diffs = []
     for key in sorted(set(stored) | set(fresh)):
