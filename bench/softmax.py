@@ -79,7 +79,8 @@ def variants(n: int, itemsize: int) -> list[tuple[str, dict[str, Any]]]:
       rows of 16,385-23,552 and windows of 8k-32k), ``... w4 x8 ...``, ``c2048 w2 x16``.
     * ``chip tail eptE [stS]``: on chip as a power-of-two block and a smaller power-of-two
       tail past it (17,000 = 16,384 + a tail) with E elements per thread, past 16,384 with S
-      pipelined stages or none.
+      pipelined stages or none; ``... cap64``: registers capped at 64 (two 16-warp programs
+      per SM).
     * ``split unbalanced``: the shipped plan, a split row's programs owning whole chunks and
       a shorter last one rather than equal parts (``split_balanced``).
     """
@@ -139,6 +140,10 @@ def variants(n: int, itemsize: int) -> list[tuple[str, dict[str, Any]]]:
         for ept in epts:
             out.append((f"chip tail ept{ept}", dict(path="on_chip", tuning=dict(
                 chip_tail=True, chip_chunked=False, elems_per_thread=ept,
+                max_on_chip=65536))))
+        if itemsize == 2 and 20480 < n <= 24576:  # 16 warps capped to let two share an SM
+            out.append(("chip tail ept32 cap64", dict(path="on_chip", tuning=dict(
+                chip_tail=True, chip_chunked=False, elems_per_thread=32, chip_maxnreg=64,
                 max_on_chip=65536))))
         if n > 16384:  # with and without the pipelined persistent grid
             for st in (1, 3):

@@ -814,7 +814,10 @@ def test_gpu_sweep_candidates(dtype, n):
              # a power-of-two block and a tail (17,001 in 16-bit: as windows, one per program)
              dict(path="on_chip", tuning=dict(chip_tail=True, elems_per_thread=32)),
              dict(path="on_chip", tuning=dict(chip_tail=True, chip_stages=2,
-                                              chip_programs_per_sm=2))]
+                                              chip_programs_per_sm=2)),
+             # with a register cap (two 16-warp programs per SM where 16,384 + 8192 takes 72)
+             dict(path="on_chip", tuning=dict(chip_tail=True, elems_per_thread=32,
+                                              chip_maxnreg=64))]
     for kw in cases:
         for fm in ("zeros", "nan"):
             check(t, softmax(t, fully_masked=fm, **kw), fm)
@@ -843,7 +846,7 @@ def _bench_variants():
     return module.variants
 
 
-@pytest.mark.parametrize("n", [63, 1001, 5000, 20000], ids=str)
+@pytest.mark.parametrize("n", [63, 1001, 5000, 20000, 22000], ids=str)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 def test_every_on_chip_tune_candidate_is_correct(dtype, n):
     # Before a GPU run times them: a wrong candidate would be a wasted (or misleading) run.

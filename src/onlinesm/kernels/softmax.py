@@ -851,6 +851,8 @@ def softmax(
             ROUND_BF16=round_bf16, STAGES=p.stages, ALIGN=align, CHUNKS=p.chunks, SHIFT=shift,
             TAIL=p.tail,
             num_warps=p.num_warps,
+            **({"maxnreg": int(t["chip_maxnreg"])} if int(t["chip_maxnreg"]) and not INTERPRETED
+               else {}),
         )
     elif p.path == "stream":
         _softmax_stream_kernel[(n_rows,)](

@@ -100,6 +100,10 @@ TUNING: dict[str, Any] = {
     # elements per thread when the row is held as 3 chunks; 0: the same as elems_per_thread
     "chunk_elems_per_thread": 0,
     "chip_warps": 0,  # on-chip num_warps; 0: BLOCK_N * ROWS / (32 * elems_per_thread)
+    # > 0: compile the on-chip kernel with this register cap (maxnreg) on the GPU, so that more
+    # programs share an SM (bf16 22,000 as 16,384 + 8192 in 16 warps takes 72 registers, one
+    # program per SM; capped at 64 it compiles spill-free and two fit)
+    "chip_maxnreg": 0,
     "chip_windows_packed": False,  # 16-bit odd rows as windows on chip with several per program
     # Short rows off the 16-byte vector boundary (loaded element by element) are packed until a
     # program has this many elements instead; 0: min_elems_per_program (PLAN_TABLE sets it).
