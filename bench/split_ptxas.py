@@ -1,13 +1,16 @@
-"""Registers, spills and shared memory of the split softmax kernel, compiled for sm_90 offline.
+"""Registers, spills and shared memory of the softmax kernels' launches, compiled for sm_90 offline.
 
 What: for each dtype and row length, takes the launch the launcher would make on a GPU (its
-plan, knobs and ``_split_options``: constexprs, warps, register cap), compiles the split
-kernel for sm_90a with Triton (no device needed) and runs ``ptxas -v`` on the PTX.
+plan, knobs and, for split rows, ``_split_options``: constexprs, warps, register cap),
+compiles the split or on-chip kernel for sm_90a with Triton (no device needed) and runs
+``ptxas -v`` on the PTX.
 
 Why: split rows are latency-bound, so a spill under the register cap is expensive: bf16
 131,072 pipelined with 16 merge lanes spilled 36 bytes (Nsight Compute: 1.6 M local-memory
-requests) and ran at 70% of copy bandwidth, 90% without the spill. This finds such a spill
-on any machine (tests/test_kernel_softmax.py runs it on the shipped plan).
+requests) and ran at 70% of copy bandwidth, 90% without the spill. On chip, a row's tail
+thinner than a 16-byte vector per thread is laid out again through shared memory (bf16
+17,000: 8 KB, 66% of copy against 90%). This finds both on any machine
+(tests/test_kernel_softmax.py runs it on the shipped plan).
 
     python bench/split_ptxas.py                                   # the shipped long rows
     python bench/split_ptxas.py --dtypes bfloat16 --ns 131072 --tuning '{"split_min_lanes": 1}'
@@ -28,7 +31,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import ptxas_sm90  # noqa: E402
 
-__all__ = ["compile_split", "main"]
+__all__ = ["compile_launch", "main"]
 
 #: row lengths that cover the shipped split plan: aligned and windowed (odd), few and many chunks
 NS = (65536, 100001, 262144, 1048576)
@@ -36,40 +39,67 @@ NS = (65536, 100001, 262144, 1048576)
 _POINTERS = {"bfloat16": "*bf16", "float16": "*fp16", "float32": "*fp32"}
 
 
-def compile_split(dtype: str, n: int, tuning: dict[str, Any] | None = None,
-                  nan_if_empty: bool = False, sms: int = 132, path: str = "auto") -> dict[str, Any]:
-    """The split launch for rows of ``n`` in ``dtype`` (contiguous) on a GPU of ``sms`` SMs
-    (an H200's 132), compiled for sm_90a:
-    ``{"options", "registers", "spill_bytes", "shared"}`` (spill_bytes: ptxas's spill stores).
-
-    >>> r = compile_split("bfloat16", 131072)  # doctest: +SKIP
-    >>> r["spill_bytes"], r["options"]["STAGES"]  # doctest: +SKIP
-    (0, 3)
-    """
+def _launch(dtype: str, n: int, tuning: dict[str, Any] | None, path: str,
+            sms: int) -> tuple[Any, Any, dict[str, Any], int, int]:
+    """(the softmax module, plan, knobs, ALIGN, SHIFT) of the launch for contiguous rows of
+    ``n`` in ``dtype`` on a GPU of ``sms`` SMs (an H200's 132)."""
     import torch
-    import triton
-    from triton.backends.compiler import GPUTarget
 
     sm = importlib.import_module("onlinesm.kernels.softmax")
     x = torch.empty(1, n, dtype=getattr(torch, dtype))
     sm_count, sm._sm_count = sm._sm_count, lambda device: sms  # the GPU this plans for
     try:
-        p, t, align, shift = sm._launch_plan(x, x, path, None, None, tuning)
+        return (sm, *sm._launch_plan(x, x, path, None, None, tuning))
     finally:
         sm._sm_count = sm_count
-    if p.path != "split":
-        raise ValueError(f"rows of {n} in {dtype} are planned as {p.path!r}, not split")
-    options = sm._split_options(p, t, align, shift, nan_if_empty)
-    fn = sm._softmax_split_specialised
+
+
+def compile_launch(dtype: str, n: int, tuning: dict[str, Any] | None = None,
+                   nan_if_empty: bool = False, sms: int = 132,
+                   path: str = "auto") -> dict[str, Any]:
+    """The launch for rows of ``n`` in ``dtype`` (contiguous) on a GPU of ``sms`` SMs,
+    split or on chip as planned, compiled for sm_90a: ``{"path", "options", "registers",
+    "spill_bytes", "shared"}`` (spill_bytes: ptxas's spill stores; options: the split
+    kernel's constexprs, warps and register cap, or the on-chip block, chunks and tail).
+
+    >>> r = compile_launch("bfloat16", 131072)  # doctest: +SKIP
+    >>> r["path"], r["spill_bytes"], r["options"]["STAGES"]  # doctest: +SKIP
+    ('split', 0, 3)
+    """
+    sm, p, t, align, shift = _launch(dtype, n, tuning, path, sms)
+    pointers = {"x_ptr": _POINTERS[dtype], "y_ptr": _POINTERS[dtype]}
+    if p.path == "split":
+        options = sm._split_options(p, t, align, shift, nan_if_empty)
+        packed = options["PACKED"]
+        pointers.update(part_ptr="*i64" if packed else "*fp32",
+                        count_ptr="*i64" if packed else "*i32")
+        return dict(path="split", **_compile(sm._softmax_split_specialised, n, options,
+                                             pointers, ["chunk_cols"]))
+    if p.path != "on_chip":
+        raise ValueError(f"rows of {n} in {dtype} are planned as {p.path!r}, which runs no "
+                         "register-bound kernel; ask for path='split' or 'on_chip'")
+    options = dict(BLOCK_N=p.block, ROWS=p.rows_per_program, NAN_IF_EMPTY=nan_if_empty,
+                   ROUND_BF16=False, STAGES=p.stages, ALIGN=align, CHUNKS=p.chunks,
+                   SHIFT=shift, TAIL=p.tail, num_warps=p.num_warps)
+    if int(t["chip_maxnreg"]):
+        options["maxnreg"] = int(t["chip_maxnreg"])
+    return dict(path="on_chip", **_compile(sm._softmax_on_chip_specialised, n, options,
+                                           pointers, []))
+
+
+def _compile(fn: Any, n: int, options: dict[str, Any], pointers: dict[str, str],
+             aligned_ints: list[str]) -> dict[str, Any]:
+    """``fn`` compiled for sm_90a as the launcher would launch it on rows of ``n``:
+    ``{"options", "registers", "spill_bytes", "shared"}`` (spill_bytes: ptxas's spill stores)."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+
     names = list(fn.arg_names)
-    packed = options["PACKED"]
-    types = {"x_ptr": _POINTERS[dtype], "y_ptr": _POINTERS[dtype],
-             "part_ptr": "*i64" if packed else "*fp32", "count_ptr": "*i64" if packed else "*i32"}
     constexprs = {k: v for k, v in options.items() if k in names}
-    signature = {a: types.get(a, "constexpr" if a in constexprs else "i32") for a in names}
+    signature = {a: pointers.get(a, "constexpr" if a in constexprs else "i32") for a in names}
     # what the JIT sees at launch: 16-byte aligned pointers, and the integers that are
-    # multiples of 16 (each program's columns; the row length and the contiguous strides)
-    aligned = [a for a in types] + ["chunk_cols"] + (
+    # multiples of 16 (a split program's columns; the row length and the contiguous strides)
+    aligned = list(pointers) + aligned_ints + (
         ["n_cols", "stride_xm", "stride_ym"] if n % 16 == 0 else [])
     attrs = {(names.index(a),): [["tt.divisibility", 16]] for a in aligned}
     compiled = triton.compile(
@@ -86,7 +116,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dtypes", default="bfloat16,float16,float32")
     ap.add_argument("--ns", default=",".join(str(n) for n in NS))
     ap.add_argument("--tuning", default="", help="knobs over the plan's, as JSON")
-    ap.add_argument("--path", default="auto", help="'split' forces the split kernel")
+    ap.add_argument("--path", default="auto",
+                    help="'split' or 'on_chip' forces that kernel; 'auto': the plan's")
     ap.add_argument("--json", action="store_true", help="one JSON object per launch instead")
     args = ap.parse_args(argv)
     if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
@@ -95,19 +126,25 @@ def main(argv: list[str] | None = None) -> int:
 
     tuning = json.loads(args.tuning) if args.tuning else None
     if not args.json:
-        print("| dtype | N | chunks | warps | cap | exchange | registers | spill bytes | shared |")
+        print("| dtype | N | launch | warps | cap | exchange | registers | spill bytes | shared |")
         print("|---|---|---|---|---|---|---|---|---|")
     for dtype in args.dtypes.split(","):
         for n in (int(v) for v in args.ns.split(",")):
-            r = compile_split(dtype, n, tuning, path=args.path)
+            r = compile_launch(dtype, n, tuning, path=args.path)
             o = r["options"]
             if args.json:
                 print(json.dumps(dict(dtype=dtype, n=n, **r)), flush=True)
                 continue
-            exchange = str(SplitExchange(o["PACKED"], o["STAGES"], o["POLL_IN_ASM"],
-                                         o["POLL_LOADS"], o["LANES"]))
+            if r["path"] == "split":
+                launch = f"{o['SPLIT']} x {o['CHUNK']}"
+                exchange = str(SplitExchange(o["PACKED"], o["STAGES"], o["POLL_IN_ASM"],
+                                             o["POLL_LOADS"], o["LANES"]))
+            else:
+                launch = (f"on chip {o['CHUNKS']} x {o['BLOCK_N']}"
+                          + (f" + {o['TAIL']}" if o["TAIL"] else ""))
+                exchange = f"st{o['STAGES']}"
             exchange += f" win{o['SHIFT']}" if o["SHIFT"] > 1 else ""
-            print(f"| {dtype} | {n:,} | {o['SPLIT']} x {o['CHUNK']} | {o['num_warps']} | "
+            print(f"| {dtype} | {n:,} | {launch} | {o['num_warps']} | "
                   f"{o.get('maxnreg', '-')} | {exchange} | {r['registers']} | {r['spill_bytes']} "
                   f"| {r['shared']:,} |", flush=True)
     return 0
