@@ -194,7 +194,8 @@ TUNING: dict[str, Any] = {
 #: 9,000 98.1% against 96.4% (8192 + 2048), 17,000 / 18,000 / 20,000 98.2 / 98.3 / 92.4%
 #: against 89.9 / 90.0 / 91.1% (16,384 + 2048 or 4096), 33,000 94.8% against 90.3% (32,768 +
 #: 4096). Level or behind elsewhere: 16-bit 9,000-10,000 and 33,000-40,000, fp32 10,000 and
-#: 36,000-40,000; odd 16-bit rows as windows 61-74% (17,001, 20,001), so windows keep split.
+#: 36,000-40,000. Odd 16-bit rows as windows with a tail ran at 61-74% (17,001, 20,001) before
+#: the tail was widened (their loads now compile as the aligned rows'; not re-timed): split.
 #: fp32 windows of 32k-49k split as the longer rows (chunks of 8192, four per SM) instead of
 #: on chip element by element: 40,001 at 89% of copy against 61% (medians of 3). fp32 aligned
 #: rows of 16,385-20,480, which one block of 32,768 pads by 60% or more, in chunks of 2048
