@@ -371,7 +371,7 @@ def test_row_layouts_that_cannot_shift_take_the_scalar_path(dtype):
 CHUNKED = dict(chip_chunked=True)
 
 
-#: ... and rows covered by a power-of-two block and a smaller tail (17,000 = 16,384 + 1024).
+#: ... and rows covered by a power-of-two block and a smaller tail (17,000 = 16,384 + a tail).
 TAILED = dict(chip_tail=True)
 
 
