@@ -139,17 +139,15 @@ def variants(n: int, itemsize: int) -> list[tuple[str, dict[str, Any]]]:
         epts = (32, 64) if itemsize == 2 else (16, 32)
         for ept in epts:
             out.append((f"chip tail ept{ept}", dict(path="on_chip", tuning=dict(
-                chip_tail=True, chip_chunked=False, elems_per_thread=ept,
-                max_on_chip=65536))))
+                chip_tail=True, chip_chunked=False, elems_per_thread=ept))))
         if itemsize == 2 and 20480 < n <= 24576:  # 16 warps capped to let two share an SM
             out.append(("chip tail ept32 cap64", dict(path="on_chip", tuning=dict(
-                chip_tail=True, chip_chunked=False, elems_per_thread=32, chip_maxnreg=64,
-                max_on_chip=65536))))
+                chip_tail=True, chip_chunked=False, elems_per_thread=32, chip_maxnreg=64))))
         if n > 16384:  # with and without the pipelined persistent grid
             for st in (1, 3):
                 out.append((f"chip tail ept{epts[-1]} st{st}", dict(path="on_chip", tuning=dict(
                     chip_tail=True, chip_chunked=False, elems_per_thread=epts[-1],
-                    chip_stages=st, chip_pipelined_block_16bit=1 << 30, max_on_chip=65536))))
+                    chip_stages=st, chip_pipelined_block_16bit=1 << 30))))
     # split in small chunks instead of on chip: 16-bit rows, fp32 odd rows and aligned ones
     # past 16,384 (past 32,768 the long-row shapes below have them)
     if 4096 < n <= (49152 if itemsize == 2 else 32768) and (itemsize == 2 or n % 4

@@ -78,11 +78,7 @@ def compile_launch(dtype: str, n: int, tuning: dict[str, Any] | None = None,
     if p.path != "on_chip":
         raise ValueError(f"rows of {n} in {dtype} are planned as {p.path!r}, which runs no "
                          "register-bound kernel; ask for path='split' or 'on_chip'")
-    options = dict(BLOCK_N=p.block, ROWS=p.rows_per_program, NAN_IF_EMPTY=nan_if_empty,
-                   ROUND_BF16=False, STAGES=p.stages, ALIGN=align, CHUNKS=p.chunks,
-                   SHIFT=shift, TAIL=p.tail, num_warps=p.num_warps)
-    if int(t["chip_maxnreg"]):
-        options["maxnreg"] = int(t["chip_maxnreg"])
+    options = sm._on_chip_options(p, t, align, shift, nan_if_empty)
     return dict(path="on_chip", **_compile(sm._softmax_on_chip_specialised, n, options,
                                            pointers, []))
 

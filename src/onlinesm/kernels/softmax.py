@@ -847,13 +847,7 @@ def softmax(
             grid = (min(grid[0], _sm_count(x.device) * int(t["chip_programs_per_sm"])),)
         _variant(_softmax_on_chip_kernel, _softmax_on_chip_specialised)[grid](
             x2, y2, n_rows, n_cols, x2.stride(0), y2.stride(0),
-            BLOCK_N=p.block, ROWS=p.rows_per_program, NAN_IF_EMPTY=nan_if_empty,
-            ROUND_BF16=round_bf16, STAGES=p.stages, ALIGN=align, CHUNKS=p.chunks, SHIFT=shift,
-            TAIL=p.tail,
-            num_warps=p.num_warps,
-            **({"maxnreg": int(t["chip_maxnreg"])} if int(t["chip_maxnreg"]) and not INTERPRETED
-               else {}),
-        )
+            **_on_chip_options(p, t, align, shift, nan_if_empty, round_bf16))
     elif p.path == "stream":
         _softmax_stream_kernel[(n_rows,)](
             x2, y2, n_cols, x2.stride(0), y2.stride(0),
@@ -893,6 +887,19 @@ def softmax(
                 int(getattr(getattr(compiled, "metadata", None), "shared", 0) or 0),
                 int(getattr(props, "shared_memory_per_multiprocessor", 233472)))
     return y2.reshape(x.shape)
+
+
+def _on_chip_options(p: Plan, t: dict[str, Any], align: int, shift: int, nan_if_empty: bool,
+                     round_bf16: bool = False) -> dict[str, Any]:
+    """The on-chip kernel's constexprs, num_warps and register cap (maxnreg, on the GPU only)
+    for plan ``p`` under the knobs ``t``: what the launcher passes, and what
+    bench/split_ptxas.py compiles offline."""
+    cap = int(t["chip_maxnreg"])
+    return dict(
+        BLOCK_N=p.block, ROWS=p.rows_per_program, NAN_IF_EMPTY=nan_if_empty,
+        ROUND_BF16=round_bf16, STAGES=p.stages, ALIGN=align, CHUNKS=p.chunks, SHIFT=shift,
+        TAIL=p.tail, num_warps=p.num_warps,
+        **({"maxnreg": cap} if cap and not INTERPRETED else {}))
 
 
 def _split_options(p: Plan, t: dict[str, Any], align: int, shift: int,
