@@ -6,10 +6,15 @@ What (needs a CUDA device; each mode prints one JSON line last):
     python bench/compile_time.py check attention   # (set ONLINESM_PIN_CONFIGS=1 to pin tiles)
     python bench/compile_time.py speed             # a few softmax / attention timings
     python bench/compile_time.py autotune          # one attention shape, autotuned: its cost
+    python bench/compile_time.py tiles             # no GPU: attention's pinned tiles compiled
+                                                   # for sm_90, seconds per variant
 
 Why: the compile count, the compile seconds and the wall time of the default check, from a
 cold or warm Triton cache (``TRITON_CACHE_DIR``), are the numbers that say whether a check is
 fast on a GPU; ``speed`` shows what removing integer specialisation costs the kernels.
+``tiles`` compiles the attention kernel's check variants (dtype x head dim x plain, causal,
+masked) for sm_90 with ``triton.compile``, in each pinned table's tiles and in ``--tiles``
+(e.g. ``64,32,2,4;16,16,2,4``): what a tile choice costs a check in compile seconds.
 An interrupted ``check`` (SIGINT, e.g. ``timeout -s INT``) still prints what it counted.
 """
 
@@ -92,15 +97,74 @@ def _autotune() -> dict[str, Any]:
             "autotune_s": round(c.autotune_seconds, 1)}
 
 
+def _compile_attention(dtype: str, block_d: int, causal: bool, mask: bool,
+                       tile: tuple[int, ...]) -> float:
+    """Wall seconds of ``triton.compile`` of the check path's attention kernel for sm_90
+    (fresh cache), as ``attention()`` launches it under pinned configs on aligned inputs."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+
+    from onlinesm.kernels.attention import _attn_fwd
+
+    bm, bn, stages, warps = tile[:4]
+    const = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_D=block_d, CAUSAL=causal, HAS_MASK=mask,
+                 EVEN_D=True, SCALE_POSITIVE=True, ALIGNED=True, INTERPRET=False,
+                 DOT_PRECISION="ieee" if dtype == "fp32" else "tf32")
+    pointers = {"Q": dtype, "K": dtype, "V": dtype, "Out": dtype,
+                "Mask": "i1" if mask else dtype, "Lse": "fp32"}
+    names = list(_attn_fwd.arg_names)
+    signature = {n: ("constexpr" if n in const else f"*{pointers[n]}" if n in pointers
+                     else "fp32" if n == "qk_scale" else "i1" if n == "return_lse" else "i32")
+                 for n in names}
+    attrs = {(names.index(n),): [["tt.divisibility", 16]] for n in pointers}
+    t0 = time.perf_counter()
+    triton.compile(triton.compiler.ASTSource(_attn_fwd, signature, constexprs=const, attrs=attrs),
+                   target=GPUTarget("cuda", 90, 128),
+                   options=dict(num_warps=warps, num_stages=stages))
+    return time.perf_counter() - t0
+
+
+def _tiles(extra: str) -> dict[str, Any]:
+    import tempfile
+
+    os.environ["TRITON_CACHE_DIR"] = tempfile.mkdtemp(prefix="onlinesm_tiles_")  # all cold
+    from onlinesm.kernels.attention import PINNED_CONFIGS, PINNED_CONFIGS_FP32
+
+    tiles = {"pinned": None}
+    tiles.update({t: tuple(int(v) for v in t.split(",")) for t in extra.split(";") if t})
+    _compile_attention("bf16", 16, False, False, (32, 16, 1, 4))  # imports, a tile not timed
+    rows = []
+    print("| dtype | D | tiles | plain s | causal s | masked s |")
+    print("|---|---|---|---|---|---|")
+    for dtype in ("bf16", "fp32"):
+        for block_d in (16, 64, 128):
+            pinned = (PINNED_CONFIGS_FP32 if dtype == "fp32" else PINNED_CONFIGS)[block_d]
+            for name, tile in tiles.items():
+                if tile == pinned:
+                    continue  # compiled already (cached): timed as the pinned row
+                tile = tile or pinned
+                s = [_compile_attention(dtype, block_d, c, m, tile)
+                     for c, m in ((False, False), (True, False), (False, True))]
+                rows.append(dict(dtype=dtype, block_d=block_d, tile=list(tile), pinned=name ==
+                                 "pinned", seconds=[round(x, 2) for x in s]))
+                print(f"| {dtype} | {block_d} | {','.join(map(str, tile))}"
+                      f"{' (pinned)' if name == 'pinned' else ''} | "
+                      + " | ".join(f"{x:.2f}" for x in s) + " |", flush=True)
+    return {"mode": "tiles", "rows": rows}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("mode", choices=["check", "speed", "autotune"])
+    ap.add_argument("mode", choices=["check", "speed", "autotune", "tiles"])
     ap.add_argument("op", nargs="?", default="softmax", choices=["softmax", "attention"])
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--label", default="")
+    ap.add_argument("--tiles", default="", help="tiles: more configurations to compile, "
+                    "'BLOCK_M,BLOCK_N,stages,warps' separated by ';'")
     a = ap.parse_args(argv)
-    result = _check(a.op, a.seed) if a.mode == "check" else (_speed() if a.mode == "speed"
-                                                              else _autotune())
+    modes = {"check": lambda: _check(a.op, a.seed), "speed": _speed, "autotune": _autotune,
+             "tiles": lambda: _tiles(a.tiles)}
+    result = modes[a.mode]()
     result["label"] = a.label
     print("RESULT " + json.dumps(result), flush=True)
     return 0

@@ -51,7 +51,8 @@ def main() -> int:
            "device": torch.cuda.get_device_name() if device == "cuda" else "cpu (interpreter)",
            "torch": torch.__version__, "triton": __import__("triton").__version__,
            "python": platform.python_version(),
-           "attention_config": os.environ.get("ONLINESM_ATTENTION_CONFIG", "autotuned"),
+           "attention_config": os.environ.get("ONLINESM_ATTENTION_CONFIG") or (
+               "pinned tables (ONLINESM_PIN_CONFIGS)" if kernels.configs_pinned() else "autotuned"),
            "command": "python bench/gpu_suite.py" + (" --quick" if args.quick else "")}
     t0 = time.time()
 

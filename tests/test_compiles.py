@@ -86,6 +86,10 @@ def test_pinned_configs_select_the_table(monkeypatch: pytest.MonkeyPatch) -> Non
             assert mod.launch_config(block_d, interpret=False) == cfg
             bm, bn, stages, _ = cfg
             assert mod._fits(bm, bn, stages, block_d, 4)  # fits fp32 too
+        for block_d, cfg in mod.PINNED_CONFIGS_FP32.items():
+            assert mod.launch_config(block_d, fp32=True, interpret=False) == cfg
+            # the tiles fp32's unrolled FMA dots compile quickly in: at most 16 x 16
+            assert cfg[0] * cfg[1] <= 16 * 16 and mod._fits(*cfg[:3], block_d, 4)
         monkeypatch.setenv(mod.CONFIG_ENV, "128,64,3,8")  # an explicit pin wins
         assert mod.launch_config(64, interpret=False) == (128, 64, 3, 8)
     assert os.environ.get(kernels.PIN_ENV) is None

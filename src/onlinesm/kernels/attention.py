@@ -33,7 +33,7 @@ Speed (compiled): exp2 with log2(e) folded into the scale, causal tiles past the
 skipped by the loop bounds, an unmasked hot loop (masking only on the diagonal / ragged tail),
 cp.async-pipelined K/V tiles feeding wgmma, autotuned tiles (``ONLINESM_ATTENTION_CONFIG=
 "BLOCK_M,BLOCK_N,stages,warps"`` pins one; ``onlinesm.kernels.pinned_configs()`` uses the
-``PINNED_CONFIGS`` table instead, as property checks do).
+``PINNED_CONFIGS`` tables instead, as property checks do).
 
 Compilations: each distinct constexpr combination is one compilation, and the per-shape
 integers (sizes, strides) are declared in ``do_not_specialize`` (``ATTN_DO_NOT_SPECIALIZE``),
@@ -82,6 +82,7 @@ __all__ = [
     "INTERPRETED",
     "CONFIG_ENV",
     "PINNED_CONFIGS",
+    "PINNED_CONFIGS_FP32",
     "ATTN_DO_NOT_SPECIALIZE",
     "launch_config",
     "GLUON_ENV",
@@ -558,6 +559,18 @@ PINNED_CONFIGS: dict[int, tuple[int, int, int, int]] = {
     256: (64, 32, 2, 4),
 }
 
+#: The same for float32 inputs, whose dots run in IEEE float32 on the CUDA cores: Triton
+#: unrolls each dot into one FMA per product a thread owns, so a 64 x 32 tile at D = 128 is
+#: 2 x 2048 FMAs per thread, and compiled for sm_90 in 5-8 s against 0.8-1.0 s for 16 x 16
+#: (bench/compile_time.py tiles). Most of a default check's compile time went there.
+PINNED_CONFIGS_FP32: dict[int, tuple[int, int, int, int]] = {
+    16: (16, 16, 2, 4),
+    32: (16, 16, 2, 4),
+    64: (16, 16, 2, 4),
+    128: (16, 16, 2, 4),
+    256: (16, 16, 2, 4),
+}
+
 
 def _fixed_config() -> tuple[int, ...] | None:
     """The tile config pinned through ``ONLINESM_ATTENTION_CONFIG``, if any: four integers,
@@ -577,13 +590,15 @@ def _fixed_config() -> tuple[int, ...] | None:
     return numbers
 
 
-def launch_config(block_d: int, *, interpret: bool = INTERPRETED) -> tuple[int, ...] | None:
+def launch_config(block_d: int, *, fp32: bool = False,
+                  interpret: bool = INTERPRETED) -> tuple[int, ...] | None:
     """The (BLOCK_M, BLOCK_N, num_stages, num_warps[, maxnreg]) the launcher uses, or None to
     autotune.
 
     In order: the interpreter's ``INTERPRET_CONFIG`` (stages and warps do not matter there);
     ``ONLINESM_ATTENTION_CONFIG`` when set; ``PINNED_CONFIGS[block_d]`` while configs are
-    pinned (``onlinesm.kernels.pinned_configs()``); otherwise None: the autotuner picks.
+    pinned (``onlinesm.kernels.pinned_configs()``), ``PINNED_CONFIGS_FP32`` for float32
+    inputs (``fp32``); otherwise None: the autotuner picks.
     """
     if interpret:
         return INTERPRET_CONFIG["BLOCK_M"], INTERPRET_CONFIG["BLOCK_N"], 1, 4
@@ -591,7 +606,7 @@ def launch_config(block_d: int, *, interpret: bool = INTERPRETED) -> tuple[int, 
     if fixed is not None:
         return fixed
     if configs_pinned():
-        return PINNED_CONFIGS[block_d]
+        return (PINNED_CONFIGS_FP32 if fp32 else PINNED_CONFIGS)[block_d]
     return None
 
 
@@ -767,7 +782,7 @@ def attention(
         triton.next_power_of_2(max(Sq, Sk)),
         triton.next_power_of_2(B * H),
     )
-    config = launch_config(block_d, interpret=interpret)
+    config = launch_config(block_d, fp32=q.dtype == torch.float32, interpret=interpret)
     if interpret:
         cfg = interpret_config(Sk)
         grid = (triton.cdiv(Sq, cfg["BLOCK_M"]), B * H)
