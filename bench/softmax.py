@@ -83,6 +83,8 @@ def variants(n: int, itemsize: int) -> list[tuple[str, dict[str, Any]]]:
       per SM).
     * ``split unbalanced``: the shipped plan, a split row's programs owning whole chunks and
       a shorter last one rather than equal parts (``split_balanced``).
+    * ``split win16``: the shipped plan with split rows windowed only where they start off a
+      16-byte vector (``split_window_bytes=16``), not off 128 bytes.
     """
     out: list[tuple[str, dict[str, Any]]] = []
     if n % (16 // itemsize) and n <= 4096:  # odd short rows: one per program, as a window
@@ -163,6 +165,7 @@ def variants(n: int, itemsize: int) -> list[tuple[str, dict[str, Any]]]:
         # the shipped plan with a split row's programs owning whole chunks and a shorter last
         # one instead of equal parts (the same as "ours" where the plan does not split)
         out.append(("split unbalanced", dict(path="auto", tuning=dict(split_balanced=False))))
+        out.append(("split win16", dict(path="auto", tuning=dict(split_window_bytes=16))))
     if n > 32768:
         # the shipped plan without its register cap; pipelined (the next row's chunk copied
         # into shared memory while this row waits), polling with atomics or with loads

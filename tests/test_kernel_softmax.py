@@ -350,6 +350,45 @@ def test_loose_elements_propagate_nan(path):
     assert torch.isfinite(y[0]).all() and torch.isnan(y[1]).all() and torch.isnan(y[2]).all()
 
 
+def _rows_at(offset_bytes: int, rows: int, n: int, dtype: torch.dtype,
+             pitch: int | None = None) -> torch.Tensor:
+    """rows x n of a fresh buffer, starting offset_bytes past a 128-byte boundary, rows pitch
+    elements apart (n: contiguous)."""
+    size = torch.empty(0, dtype=dtype).element_size()
+    pitch = pitch or n
+    buf = torch.empty(rows * pitch + 256 // size, dtype=dtype, device=DEVICE)
+    skip = (-buf.data_ptr() % 128 + offset_bytes) // size
+    return buf[skip:skip + rows * pitch].view(rows, pitch)[:, :n]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+def test_split_windows_start_rows_on_128_bytes_where_they_start_off_a_sector(dtype):
+    """With window_bytes=128 (split rows' split_window_bytes), rows that start off a vector or
+    a 32-byte sector are windows of 128 bytes; rows on sectors, or whose layout cannot take
+    such windows, are what the 16-byte rule makes them."""
+    size = torch.empty(0, dtype=dtype).element_size()
+    vec, wide = 16 // size, 128 // size
+    off_sector = 32 * 1312 // size + vec  # aligned, every other row 16 bytes off a sector
+    on_sector = 32 * 1313 // size  # aligned, rows 32 bytes apart but not 128
+
+    def shift(x, y=None):
+        y = _rows_at(0, x.shape[0], x.shape[1], dtype) if y is None else y
+        return sm._shift(size, sm._alignment(size, x.shape[1], x.stride(0), y.stride(0)), x, y,
+                         window_bytes=128)
+
+    assert shift(_rows_at(0, 4, off_sector, dtype)) == wide
+    assert shift(_rows_at(0, 4, 21001, dtype)) == wide  # odd: rows off every vector
+    assert shift(_rows_at(0, 4, on_sector, dtype)) == 1
+    assert shift(_rows_at(0, 4, 21504, dtype)) == 1  # 43,008 / 86,016 bytes: all on 128
+    assert shift(_rows_at(0, 1, off_sector, dtype)) == 1  # one row, on 128 bytes
+    # x 16 bytes past the boundary: the 16-byte rule (windows for odd rows, none for aligned)
+    assert shift(_rows_at(16, 4, off_sector, dtype)) == 1
+    assert shift(_rows_at(16, 4, 21001, dtype)) == vec
+    # rows 128 bytes apart in x, contiguous in y: their offsets differ by row
+    assert shift(_rows_at(0, 4, off_sector, dtype, pitch=21504)) == 1
+    assert sm._shift(size, 1, *(_rows_at(0, 4, 21001, dtype),) * 2) == vec  # the default: 16 B
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 def test_row_layouts_that_cannot_shift_take_the_scalar_path(dtype):
     vec = _vec(dtype)

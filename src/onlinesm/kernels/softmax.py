@@ -139,27 +139,41 @@ def _alignment(itemsize: int, n_cols: int, *strides: int) -> int:
     return vec if n_cols % vec == 0 and all(s % vec == 0 for s in strides) else 1
 
 
-def _shift(itemsize: int, align: int, x: torch.Tensor, y: torch.Tensor) -> int:
-    """The kernels' SHIFT: elements per 16-byte vector when rows that do not start on a vector
-    (a row length of 50,257, say) can still be read and written in whole vectors, else 1.
+def _shift(itemsize: int, align: int, x: torch.Tensor, y: torch.Tensor,
+           window_bytes: int = 16) -> int:
+    """The kernels' SHIFT: elements per window of ``window_bytes`` (16: one vector) when rows
+    that do not start on such a window (a row length of 50,257, say, or with 128 bytes, a bf16
+    row of 21,000: every other one starts 16 bytes past a 32-byte boundary) can still be read
+    and written from windows that do, else 1.
 
-    That needs x and y to start on a 16-byte boundary and their row strides to differ by whole
-    vectors, so that row r starts at the same offset ``first`` within a vector in both: each row
-    is then handled as an aligned window, whole vectors in the middle and at most 2 (vec - 1)
-    loose elements at its two ends (see ``_row_window``). Aligned rows (``align > 1``) need
-    none of it; without it, every load and store of an odd-length row was a 2- or 4-byte scalar
-    (bf16 rows of 50,257 at 37% of copy bandwidth on an H200, 0.66x torch).
+    That needs x and y to start on a window boundary and their row strides to differ by whole
+    windows, so that row r starts at the same offset ``first`` within a window in both: each
+    row is then handled as an aligned window, whole vectors in the middle and at most
+    2 (window - 1) loose elements at its two ends (see ``_row_window``). Rows that all start on
+    a vector (``align > 1``) and on a 32-byte sector need none of it. Without it, every load and
+    store of an odd-length row was a 2- or 4-byte scalar (bf16 rows of 50,257 at 37% of copy
+    bandwidth on an H200, 0.66x torch). A wider window that cannot be taken falls back to 16.
 
     >>> x = torch.empty(4, 1001, dtype=torch.bfloat16)
     >>> _shift(2, 1, x, torch.empty_like(x)), _shift(2, 1, x[:, 1:], torch.empty(4, 1000))
     (8, 1)
     """
     vec = 16 // itemsize
-    if align > 1 or x.shape[0] == 0:
+    window = max(vec, window_bytes // itemsize)
+    if x.shape[0] == 0:
         return 1
-    same_offsets = x.shape[0] == 1 or (x.stride(0) - y.stride(0)) % vec == 0
-    aligned_starts = x.data_ptr() % 16 == 0 and y.data_ptr() % 16 == 0
-    return vec if same_offsets and aligned_starts else 1
+    starts = x.data_ptr() % (window * itemsize) == 0 and y.data_ptr() % (window * itemsize) == 0
+    if align > 1:
+        # Every row starts on a vector: a wider window only where a row starts off a 32-byte
+        # sector (rows 64 bytes off 128 lost 4% as windows: bf16 36,000, H200).
+        sector = max(vec, 32 // itemsize)
+        on_sectors = x.shape[0] == 1 or (x.stride(0) % sector == 0 and y.stride(0) % sector == 0)
+        if window == vec or (on_sectors and x.data_ptr() % 32 == 0 and y.data_ptr() % 32 == 0):
+            return 1
+    same_offsets = x.shape[0] == 1 or (x.stride(0) - y.stride(0)) % window == 0
+    if same_offsets and starts:
+        return window
+    return _shift(itemsize, align, x, y) if window > vec else 1
 
 
 # --------------------------------------------------------------------------------------------
@@ -596,7 +610,8 @@ def _exchange_packed(part_ptr, row64, chunk, m_c, d_c, lanes, lane_ok,
 @triton.jit(do_not_specialize=SOFTMAX_DO_NOT_SPECIALIZE)
 def _softmax_split_kernel(
     x_ptr, y_ptr, part_ptr, count_ptr, n_rows, n_cols, stride_xm, stride_ym,
-    chunk_cols,  # the columns each program owns: <= CHUNK, a multiple of 16 (split_columns)
+    chunk_cols,  # the columns each program owns: <= CHUNK, a multiple of 16 and of SHIFT
+    # (split_columns)
     CHUNK: tl.constexpr,  # elements each program keeps in registers (power of two)
     SPLIT: tl.constexpr,  # programs per row: SPLIT * CHUNK >= n_cols (any count, not padded
     # to a power of two: 151,936 = 19 chunks of 8192, not 32)
@@ -632,9 +647,11 @@ def _softmax_split_kernel(
     chunk = pid % SPLIT
     group = pid // SPLIT
     n_groups = tl.num_programs(0) // SPLIT
-    # The row cut into SPLIT equal parts of chunk_cols columns (a multiple of 16, so every
-    # part starts on a 16-byte vector), held in CHUNK registers' worth: a row waits for its
-    # longest part, so SPLIT - 1 whole chunks and a short rest would leave one program idle.
+    # The row cut into SPLIT equal parts of chunk_cols columns (a multiple of 16 and of SHIFT,
+    # so every part starts on a 16-byte vector, and with SHIFT > 1 on a window boundary: a
+    # warp's loads then start on 32-byte sectors), held in CHUNK registers' worth: a row
+    # waits for its longest part, so SPLIT - 1 whole chunks and a short rest would leave one
+    # program idle.
     start = chunk * chunk_cols  # this program's first column
     cols = tl.arange(0, CHUNK)  # ... and the columns from there
     lanes = tl.arange(0, LANES)
@@ -735,6 +752,12 @@ def _launch_plan(x2: torch.Tensor, y2: torch.Tensor, path: str, max_on_chip: int
             # other. Stream instead.
             p = plan(width, path="stream", tile=tile, tuning=t, itemsize=itemsize,
                      interpreted=INTERPRETED)
+    if p.path == "split":
+        # Split rows as windows on split_window_bytes where rows start off it, if the plan's
+        # parts still cover the wider window.
+        wide = _shift(itemsize, align, x2, y2, int(t["split_window_bytes"]))
+        if wide > shift and p.split * p.block >= n_cols + wide - 1:
+            shift = wide
     if shift > 1 and p.path == "stream" and not _window_fits(x2, shift):
         # The last row's end vector could reach past the memory x owns: element by element.
         shift = 1
@@ -876,7 +899,8 @@ def softmax(
             count = torch.zeros(n_rows, dtype=torch.int32, device=x.device)
         compiled = _variant(_softmax_split_kernel, _softmax_split_specialised)[(groups * p.split,)](
             x2, y2, part, count, n_rows, n_cols, x2.stride(0), y2.stride(0),
-            split_columns(n_cols + shift - 1, p.split, p.block, bool(t["split_balanced"])),
+            split_columns(n_cols + shift - 1, p.split, p.block, bool(t["split_balanced"]),
+                          granule=shift),
             **options)
         if fit:
             props = torch.cuda.get_device_properties(x.device)

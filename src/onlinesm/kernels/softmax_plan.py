@@ -87,6 +87,14 @@ TUNING: dict[str, Any] = {
     # its program idle while the others load (bf16 33,000 in five chunks of 8192: four full,
     # one of 232; 82.6% of copy in equal parts against 81.7%).
     "split_balanced": True,
+    # Split rows as windows that start on this many bytes (and parts of a multiple of them)
+    # where a row starts off a vector or a 32-byte sector: a warp's 512-byte load off a
+    # sector touches 17 sectors instead of 16, and split rows paid 4-6 points of copy
+    # bandwidth for it (H200, bf16 21,000: 84% of copy with every other row 16 bytes off, 88%
+    # on 128-byte rows, bench/row_alignment.py; as windows of 128 bytes 2-7% faster than
+    # windows of 16 for odd and off-sector rows of 16k-100k in every dtype). 16: one vector,
+    # only where a row starts off the vector.
+    "split_window_bytes": 128,
     # Knobs over the PLAN_TABLE row's for rows handled as aligned windows (odd N, up to 7
     # loose elements at each end): the windowed kernels load and spill differently, so a
     # window can take another path or launch than an aligned row of its length (PLAN_TABLE).
@@ -465,19 +473,24 @@ def split_exchange(t: dict[str, Any], split: int) -> SplitExchange:
                          max(_pow2(split), int(t["split_min_lanes"])))
 
 
-def split_columns(width: int, split: int, block: int, balanced: bool = True) -> int:
-    """The columns each of a split row's ``split`` programs owns, a multiple of 16 elements
-    (whole 16-byte vectors in every dtype) and at most ``block`` (what a program holds):
-    ``width`` cut into equal parts when ``balanced`` and that shortens the longest part by
-    a sixteenth or more, else ``block`` (whole chunks and a shorter last one). A row waits for
-    its longest part.
+def split_columns(width: int, split: int, block: int, balanced: bool = True,
+                  granule: int = 16) -> int:
+    """The columns each of a split row's ``split`` programs owns, a multiple of ``granule``
+    elements (at least 16: whole 16-byte vectors in every dtype; the launcher passes its
+    window, so that every part starts where the row's window does) and at most ``block``
+    (what a program holds): ``width`` cut into equal parts when ``balanced`` and that shortens
+    the longest part by a sixteenth or more, else ``block`` (whole chunks and a shorter last
+    one). A row waits for its longest part.
 
     >>> split_columns(33000, 5, 8192), split_columns(33000, 5, 8192, balanced=False)
     (6608, 8192)
     >>> split_columns(151936, 19, 8192)  # 8000 each: too close to 8192 to gain
     8192
+    >>> split_columns(21063, 6, 4096, granule=64)  # 6 x 3520 >= 21,063
+    3520
     """
-    cols = min(block, -(-width // (16 * split)) * 16)
+    granule = max(16, granule)
+    cols = min(block, -(-width // (granule * split)) * granule)
     # Equal parts gain where the last chunk is short (bf16 16,400: 88.0% of copy against
     # 86.5%, fp32 50,257 88.1% against 87.1%); shortening the longest by less than a sixteenth
     # gains nothing measurable and lost a point once (bf16 151,936: 19 parts of 8000 columns,
