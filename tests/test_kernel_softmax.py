@@ -389,6 +389,23 @@ def test_split_windows_start_rows_on_128_bytes_where_they_start_off_a_sector(dty
     assert sm._shift(size, 1, *(_rows_at(0, 4, 21001, dtype),) * 2) == vec  # the default: 16 B
 
 
+def test_split_launches_take_the_wide_windows_where_their_parts_cover_them():
+    """_launch_plan: split rows off a sector become 128-byte windows (SHIFT 64 in bf16) whose
+    parts (split_columns with the window as granule) start on the window and cover the row;
+    rows on sectors stay unwindowed, and so does a row whose plan covers too few columns."""
+    def launch(n, **tuning):
+        x, y = _rows_at(0, 4, n, torch.bfloat16), _rows_at(0, 4, n, torch.bfloat16)
+        p, _, _, shift = sm._launch_plan(x, y, "split", None, None, tuning or None)
+        cols = sp.split_columns(n + shift - 1, p.split, p.block, granule=shift)
+        assert cols % max(16, shift) == 0 and cols * p.split >= n + shift - 1
+        return shift
+
+    assert launch(21000) == 64 and launch(21001) == 64
+    assert launch(36000) == 1  # rows 0 or 64 bytes off 128: on sectors
+    assert launch(3 * 8192 - 8) == 1  # 3 x 8192 columns cannot hold the window's 63 more
+    assert launch(21000, split_window_bytes=16) == 1 and launch(21001, split_window_bytes=16) == 8
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 def test_row_layouts_that_cannot_shift_take_the_scalar_path(dtype):
     vec = _vec(dtype)

@@ -561,8 +561,9 @@ PINNED_CONFIGS: dict[int, tuple[int, int, int, int]] = {
 
 #: The same for float32 inputs, whose dots run in IEEE float32 on the CUDA cores: Triton
 #: unrolls each dot into one FMA per product a thread owns, so a 64 x 32 tile at D = 128 is
-#: 2 x 2048 FMAs per thread, and compiled for sm_90 in 5-8 s against 0.8-1.0 s for 16 x 16
-#: (bench/compile_time.py tiles). Most of a default check's compile time went there.
+#: 2 x 2048 FMAs per thread, and compiled for sm_90 in 8-9 s on the H200's host against
+#: 1.2-1.5 s for 16 x 16 (bench/compile_time.py tiles). Most of a default check's compile
+#: time went there.
 PINNED_CONFIGS_FP32: dict[int, tuple[int, int, int, int]] = {
     16: (16, 16, 2, 4),
     32: (16, 16, 2, 4),

@@ -753,8 +753,8 @@ def _launch_plan(x2: torch.Tensor, y2: torch.Tensor, path: str, max_on_chip: int
             p = plan(width, path="stream", tile=tile, tuning=t, itemsize=itemsize,
                      interpreted=INTERPRETED)
     if p.path == "split":
-        # Split rows as windows on split_window_bytes where rows start off it, if the plan's
-        # parts still cover the wider window.
+        # Split rows as windows of split_window_bytes where a row starts off a vector or a
+        # 32-byte sector (see _shift), if the plan's parts still cover the wider window.
         wide = _shift(itemsize, align, x2, y2, int(t["split_window_bytes"]))
         if wide > shift and p.split * p.block >= n_cols + wide - 1:
             shift = wide
