@@ -564,13 +564,8 @@ PINNED_CONFIGS: dict[int, tuple[int, int, int, int]] = {
 #: 2 x 2048 FMAs per thread, and compiled for sm_90 in 8-9 s on the H200's host against
 #: 1.2-1.5 s for 16 x 16 (bench/compile_time.py tiles). Most of a default check's compile
 #: time went there.
-PINNED_CONFIGS_FP32: dict[int, tuple[int, int, int, int]] = {
-    16: (16, 16, 2, 4),
-    32: (16, 16, 2, 4),
-    64: (16, 16, 2, 4),
-    128: (16, 16, 2, 4),
-    256: (16, 16, 2, 4),
-}
+PINNED_CONFIGS_FP32: dict[int, tuple[int, int, int, int]] = dict.fromkeys(
+    PINNED_CONFIGS, (16, 16, 2, 4))
 
 
 def _fixed_config() -> tuple[int, ...] | None:
