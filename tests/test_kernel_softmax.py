@@ -317,10 +317,11 @@ def test_rows_of_4k_to_262k_split_where_on_chip_pads_or_windows_lose():
     assert fp32(40000, windowed=False)[0] == "on_chip"
     # fp32 aligned rows just past 8192, 16,384 and 32,768 on chip as that block and a tail
     for n, block, tail in ((8193, 8192, 2048), (9216, 8192, 2048), (16385, 16384, 2048),
-                           (20480, 16384, 4096), (32769, 32768, 4096), (34816, 32768, 4096)):
+                           (20480, 16384, 4096), (20481, 16384, 8192), (24576, 16384, 8192),
+                           (32769, 32768, 4096), (34816, 32768, 4096)):
         p = sp.plan(n, itemsize=4, interpreted=False)
         assert (p.path, p.block, p.chunks, p.tail) == ("on_chip", block, 1, tail), n
-    for n in (8192, 9217, 16384, 20481, 34817):  # and without a tail either side
+    for n in (8192, 9217, 16384, 24577, 34817):  # and without a tail either side
         assert sp.plan(n, itemsize=4, interpreted=False).tail == 0, n
     assert fp32(16401) == ("split", 2048, 9, 2)  # windows still split
     # a caller's window_overrides replace the row's: {} plans windows as aligned rows
@@ -826,7 +827,10 @@ def test_split_register_cap_lets_the_planned_programs_share_an_sm():
     dict(split_stages=2, split_poll_loads=False), dict(window_overrides={}),
     dict(split_min_lanes=1), dict(split_stages=3, split_chunk=4096, split_programs_per_sm=8),
     dict(split_chunk=4096, split_warps=2, split_programs_per_sm=10),
-    dict(split_balanced=False)], ids=str)
+    dict(split_balanced=False),
+    # every split row as a 128-byte window, also rows that start on a sector
+    dict(split_window_every_row=True)],
+    ids=str)
 def test_gpu_split_variants_stay_correct(dtype, knobs):
     # Registers capped (fp32 windows spill to fit the plan) or not, either exchange, pipelined
     # or not: rows that break kernels, odd rows (windows), and many rows per group.

@@ -140,7 +140,7 @@ def _alignment(itemsize: int, n_cols: int, *strides: int) -> int:
 
 
 def _shift(itemsize: int, align: int, x: torch.Tensor, y: torch.Tensor,
-           window_bytes: int = 16) -> int:
+           window_bytes: int = 16, every_row: bool = False) -> int:
     """The kernels' SHIFT: elements per window of ``window_bytes`` (16: one vector) when rows
     that do not start on such a window (a row length of 50,257, say, or with 128 bytes, a bf16
     row of 21,000: every other one starts 16 bytes past a 32-byte boundary) can still be read
@@ -153,6 +153,7 @@ def _shift(itemsize: int, align: int, x: torch.Tensor, y: torch.Tensor,
     a vector (``align > 1``) and on a 32-byte sector need none of it. Without it, every load and
     store of an odd-length row was a 2- or 4-byte scalar (bf16 rows of 50,257 at 37% of copy
     bandwidth on an H200, 0.66x torch). A wider window that cannot be taken falls back to 16.
+    ``every_row``: a wider window also where every row starts on a vector and a sector.
 
     >>> x = torch.empty(4, 1001, dtype=torch.bfloat16)
     >>> _shift(2, 1, x, torch.empty_like(x)), _shift(2, 1, x[:, 1:], torch.empty(4, 1000))
@@ -168,7 +169,8 @@ def _shift(itemsize: int, align: int, x: torch.Tensor, y: torch.Tensor,
         # sector (rows 64 bytes off 128 lost 4% as windows: bf16 36,000, H200).
         sector = max(vec, 32 // itemsize)
         on_sectors = x.shape[0] == 1 or (x.stride(0) % sector == 0 and y.stride(0) % sector == 0)
-        if window == vec or (on_sectors and x.data_ptr() % 32 == 0 and y.data_ptr() % 32 == 0):
+        on_sectors = on_sectors and x.data_ptr() % 32 == 0 and y.data_ptr() % 32 == 0
+        if window == vec or (on_sectors and not every_row):
             return 1
     same_offsets = x.shape[0] == 1 or (x.stride(0) - y.stride(0)) % window == 0
     if same_offsets and starts:
@@ -668,6 +670,8 @@ def _softmax_split_kernel(
         if SHIFT > 1:
             # The loose elements, loaded with the chunk rather than after its max: chunk 0 is
             # on every row's critical path, and a second round trip there delays all SPLIT.
+            # (Loaded a row ahead instead, in registers across the wait, they cost bf16 rows in
+            # chunks of 4096 6-12% of copy bandwidth on the H200, and gained nothing elsewhere.)
             ke, oke = _loose_columns(tl.arange(0, 2 * SHIFT), first, v_lo, v_hi,
                                       first + n_cols, SHIFT)
             oke = oke & (chunk == 0)
@@ -755,7 +759,8 @@ def _launch_plan(x2: torch.Tensor, y2: torch.Tensor, path: str, max_on_chip: int
     if p.path == "split":
         # Split rows as windows of split_window_bytes where a row starts off a vector or a
         # 32-byte sector (see _shift), if the plan's parts still cover the wider window.
-        wide = _shift(itemsize, align, x2, y2, int(t["split_window_bytes"]))
+        wide = _shift(itemsize, align, x2, y2, int(t["split_window_bytes"]),
+                      bool(t["split_window_every_row"]))
         if wide > shift and p.split * p.block >= n_cols + wide - 1:
             shift = wide
     if shift > 1 and p.path == "stream" and not _window_fits(x2, shift):

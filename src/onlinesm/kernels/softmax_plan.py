@@ -95,6 +95,9 @@ TUNING: dict[str, Any] = {
     # windows of 16 for odd and off-sector rows of 16k-100k in every dtype). 16: one vector,
     # only where a row starts off the vector.
     "split_window_bytes": 128,
+    # ... and also where every row starts on a vector and a 32-byte sector (bf16 36,000: rows
+    # 0 or 64 bytes off 128): windows of split_window_bytes for every split row.
+    "split_window_every_row": False,
     # Knobs over the PLAN_TABLE row's for rows handled as aligned windows (odd N, up to 7
     # loose elements at each end): the windowed kernels load and spill differently, so a
     # window can take another path or launch than an aligned row of its length (PLAN_TABLE).
@@ -239,13 +242,13 @@ PLAN_TABLE: list[tuple[int, int, int, dict[str, Any]]] = [
     (4, 4096, 6144, dict(window_overrides=dict(_SPLIT_FP32_SMALL, split_chunk=4096,
                                                split_programs_per_sm=8, max_on_chip=4096))),
     # aligned rows just past a power of two on chip as that block and a tail (8192 + 2048
-    # and 16,384 + 2048 or 4096 in 16 warps, 32,768 + 4096 in 32); windows (odd N) split in
-    # small chunks
+    # and 16,384 + 2048, 4096 or 8192 in 16 warps, 32,768 + 4096 in 32: fp32 21,000 92% of
+    # copy, was 89% padded to 32,768); windows (odd N) split in small chunks
     (4, 8192, 9216, dict(chip_tail=True, window_overrides=_WINDOWS_FP32_SMALL)),
     (4, 9216, 16384, dict(window_overrides=_WINDOWS_FP32_SMALL)),
-    (4, 16384, 20480, dict(chip_tail=True, elems_per_thread=32,
+    (4, 16384, 24576, dict(chip_tail=True, elems_per_thread=32,
                            window_overrides=_WINDOWS_FP32_SMALL)),
-    (4, 20480, 32768, dict(window_overrides=_WINDOWS_FP32_SMALL)),
+    (4, 24576, 32768, dict(window_overrides=_WINDOWS_FP32_SMALL)),
     # aligned rows on chip as 3 chunks; windows (odd N) split as the longer rows below, which
     # on chip load element by element (fp32 40,001: 61% of copy)
     (4, 32768, 34816, dict(max_on_chip=49152, chip_tail=True,
