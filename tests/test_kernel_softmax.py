@@ -732,8 +732,8 @@ def _hard_rows(n: int, dtype) -> torch.Tensor:
 @gpu
 @requires_cuda
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("n", [1000, 4096, 5001, 9000, 12289, 17000, 18000, 20001, 32768, 32769,
-                               33000, 34000, 36000, 40001,
+@pytest.mark.parametrize("n", [1000, 4096, 5001, 9000, 12289, 17000, 18000, 20001, 21000, 24576,
+                               32768, 32769, 33000, 34000, 36000, 40001,
                                50257, 65536, 65537, 131072 + 3, 151936, 262137, 300_000,
                                (1 << 20) + 3])
 def test_gpu_long_rows_every_path(dtype, n):
