@@ -85,8 +85,8 @@ def variants(n: int, itemsize: int) -> list[tuple[str, dict[str, Any]]]:
       a shorter last one rather than equal parts (``split_balanced``).
     * ``split win16``: the shipped plan with split rows windowed only where they start off a
       16-byte vector (``split_window_bytes=16``), not off 128 bytes.
-    * ``split every``: the shipped plan with every split row as a 128-byte window, also rows
-      that start on a sector (``split_window_every_row``).
+    * ``split st4``: the shipped plan with split rows pipelined in 4 stages (three rows'
+      chunks in flight during a row's wait, not two).
     """
     out: list[tuple[str, dict[str, Any]]] = []
     if n % (16 // itemsize) and n <= 4096:  # odd short rows: one per program, as a window
@@ -168,7 +168,7 @@ def variants(n: int, itemsize: int) -> list[tuple[str, dict[str, Any]]]:
         # one instead of equal parts (the same as "ours" where the plan does not split)
         out.append(("split unbalanced", dict(path="auto", tuning=dict(split_balanced=False))))
         out.append(("split win16", dict(path="auto", tuning=dict(split_window_bytes=16))))
-        out.append(("split every", dict(path="auto", tuning=dict(split_window_every_row=True))))
+        out.append(("split st4", dict(path="auto", tuning=dict(split_stages=4))))
     if n > 32768:
         # the shipped plan without its register cap; pipelined (the next row's chunk copied
         # into shared memory while this row waits), polling with atomics or with loads

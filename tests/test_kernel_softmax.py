@@ -300,7 +300,7 @@ def test_rows_of_4k_to_262k_split_where_on_chip_pads_or_windows_lose():
     # aligned rows of that length: in chunks of 8192 up to 40,960, on chip past it
     assert launch(40000) == ("split", 8192, 5, 4)
     assert launch(45000)[0] == "on_chip"
-    assert launch(100001, windowed=True) == ("split", 4096, 25, 4)
+    assert launch(100001, windowed=True) == ("split", 8192, 13, 4)  # 49k-262k: chunks of 8192
     assert launch(300001, windowed=True) == ("split", 8192, 37, 4)
     # fp32 windows where the on-chip block pads most: 4k-6k in chunks of 4096, 8k-32k in
     # chunks of 2048, both in 2 warps; 7,001 and aligned rows stay on chip
@@ -516,13 +516,13 @@ def test_long_rows_split_on_the_gpu_stream_under_the_interpreter():
     assert sm.plan(40961, itemsize=2, interpreted=False).path == "on_chip"
     assert sm.plan(32768, itemsize=2, interpreted=False).path == "on_chip"
     # the poll in PTX with relaxed loads, the row loop pipelined: fp32 rows in 2 stages,
-    # windows too; 16-bit rows in 3, windows (odd rows) in chunks of 4096 up to 262,144 and
-    # past it not pipelined
+    # windows too; 16-bit rows in 3, windows (odd rows) in chunks of 8192 five per SM from
+    # 49,153 up to 262,144 and past it not pipelined
     knobs = ("split_stages", "split_chunk", "split_poll_loads")
     for n, itemsize, windowed, want in (
             (49153, 4, False, (2, 8192, True)), (1 << 21, 4, True, (2, 8192, True)),
-            (49153, 2, False, (3, 8192, True)), (49153, 2, True, (3, 4096, True)),
-            (262144, 2, True, (3, 4096, True)), (262145, 2, True, (1, 8192, True)),
+            (49153, 2, False, (3, 8192, True)), (49153, 2, True, (3, 8192, True)),
+            (262144, 2, True, (3, 8192, True)), (262145, 2, True, (1, 8192, True)),
             (1 << 21, 2, False, (3, 8192, True))):
         t = tuned(n, itemsize, "auto", None, windowed)
         assert tuple(t[k] for k in knobs) == want, (n, itemsize, windowed)
@@ -827,10 +827,7 @@ def test_split_register_cap_lets_the_planned_programs_share_an_sm():
     dict(split_stages=2, split_poll_loads=False), dict(window_overrides={}),
     dict(split_min_lanes=1), dict(split_stages=3, split_chunk=4096, split_programs_per_sm=8),
     dict(split_chunk=4096, split_warps=2, split_programs_per_sm=10),
-    dict(split_balanced=False),
-    # every split row as a 128-byte window, also rows that start on a sector
-    dict(split_window_every_row=True)],
-    ids=str)
+    dict(split_balanced=False), dict(split_stages=4)], ids=str)
 def test_gpu_split_variants_stay_correct(dtype, knobs):
     # Registers capped (fp32 windows spill to fit the plan) or not, either exchange, pipelined
     # or not: rows that break kernels, odd rows (windows), and many rows per group.
@@ -958,10 +955,10 @@ def test_the_shipped_split_launches_do_not_spill():
     assert len(rows) == 9
     # 16-bit rows of 8k-262k in chunks of 4096: 2 warps (aligned 22,000, windows 12,289 and
     # 30,001; windows of 20,001 spill 36 bytes under triton 3.9, none under 3.6), 4 warps
-    # (windows of 40,001 and 262,137: 64 lanes)
+    # (windows of 40,001: 64 lanes), and 8192 in 4 warps (windows of 262,137)
     small = _split_ptxas("--dtypes", "bfloat16", "--ns", "12289,22000,30001,40001,262137")
     assert [(r["options"]["CHUNK"], r["options"]["num_warps"]) for r in small] == [
-        (4096, 2), (4096, 2), (4096, 2), (4096, 4), (4096, 4)]
+        (4096, 2), (4096, 2), (4096, 2), (4096, 4), (8192, 4)]
     rows += small
     # fp32 windows of 4k-32k: chunks of 4096 and 2048 in 2 warps
     rows += _split_ptxas("--dtypes", "float32", "--ns", "5001,20001")

@@ -140,7 +140,7 @@ def _alignment(itemsize: int, n_cols: int, *strides: int) -> int:
 
 
 def _shift(itemsize: int, align: int, x: torch.Tensor, y: torch.Tensor,
-           window_bytes: int = 16, every_row: bool = False) -> int:
+           window_bytes: int = 16) -> int:
     """The kernels' SHIFT: elements per window of ``window_bytes`` (16: one vector) when rows
     that do not start on such a window (a row length of 50,257, say, or with 128 bytes, a bf16
     row of 21,000: every other one starts 16 bytes past a 32-byte boundary) can still be read
@@ -153,7 +153,6 @@ def _shift(itemsize: int, align: int, x: torch.Tensor, y: torch.Tensor,
     a vector (``align > 1``) and on a 32-byte sector need none of it. Without it, every load and
     store of an odd-length row was a 2- or 4-byte scalar (bf16 rows of 50,257 at 37% of copy
     bandwidth on an H200, 0.66x torch). A wider window that cannot be taken falls back to 16.
-    ``every_row``: a wider window also where every row starts on a vector and a sector.
 
     >>> x = torch.empty(4, 1001, dtype=torch.bfloat16)
     >>> _shift(2, 1, x, torch.empty_like(x)), _shift(2, 1, x[:, 1:], torch.empty(4, 1000))
@@ -166,11 +165,11 @@ def _shift(itemsize: int, align: int, x: torch.Tensor, y: torch.Tensor,
     starts = x.data_ptr() % (window * itemsize) == 0 and y.data_ptr() % (window * itemsize) == 0
     if align > 1:
         # Every row starts on a vector: a wider window only where a row starts off a 32-byte
-        # sector (rows 64 bytes off 128 lost 4% as windows: bf16 36,000, H200).
+        # sector (as windows, rows on sectors lost up to 4% on the H200: bf16 21,008 / 36,000 /
+        # 38,000 / 52,000, rows 32, 64 or 96 bytes off 128, 2.1 / 3.6 / 2.7 / 2.4 points).
         sector = max(vec, 32 // itemsize)
         on_sectors = x.shape[0] == 1 or (x.stride(0) % sector == 0 and y.stride(0) % sector == 0)
-        on_sectors = on_sectors and x.data_ptr() % 32 == 0 and y.data_ptr() % 32 == 0
-        if window == vec or (on_sectors and not every_row):
+        if window == vec or (on_sectors and x.data_ptr() % 32 == 0 and y.data_ptr() % 32 == 0):
             return 1
     same_offsets = x.shape[0] == 1 or (x.stride(0) - y.stride(0)) % window == 0
     if same_offsets and starts:
@@ -759,8 +758,7 @@ def _launch_plan(x2: torch.Tensor, y2: torch.Tensor, path: str, max_on_chip: int
     if p.path == "split":
         # Split rows as windows of split_window_bytes where a row starts off a vector or a
         # 32-byte sector (see _shift), if the plan's parts still cover the wider window.
-        wide = _shift(itemsize, align, x2, y2, int(t["split_window_bytes"]),
-                      bool(t["split_window_every_row"]))
+        wide = _shift(itemsize, align, x2, y2, int(t["split_window_bytes"]))
         if wide > shift and p.split * p.block >= n_cols + wide - 1:
             shift = wide
     if shift > 1 and p.path == "stream" and not _window_fits(x2, shift):
