@@ -277,7 +277,7 @@ def test_short_rows_off_the_vector_boundary_take_smaller_programs():
 def test_rows_of_4k_to_262k_split_where_on_chip_pads_or_windows_lose():
     """PLAN_TABLE: 16-bit rows that 3 chunks of 8192 would pad by 4% or more, and windows
     (odd N, width n + 7) of 8k-32k, split in chunks of 4096 in 2 warps, ten per SM; windows
-    of 32k-262k in chunks of 4096 in 4 warps, pipelined; fp32 windows of 4k-6k and 8k-32k in
+    of 32k-36k in chunks of 4096 in 4 warps, of 36k-262k in chunks of 8192, pipelined; fp32 windows of 4k-6k and 8k-32k in
     small chunks; the rest as before."""
     def launch(n: int, windowed: bool = False, itemsize: int = 2) -> tuple:
         # a window's width: n plus the loose elements of one vector (7 in 16-bit, 3 in fp32)
@@ -296,7 +296,7 @@ def test_rows_of_4k_to_262k_split_where_on_chip_pads_or_windows_lose():
     assert launch(8185, windowed=True)[0] == "on_chip"  # windows up to 8192 stay on chip
     assert launch(12289, windowed=True) == ("split", 4096, 4, 2)
     assert launch(30001, windowed=True) == ("split", 4096, 8, 2)
-    assert launch(40001, windowed=True) == ("split", 4096, 10, 4)
+    assert launch(40001, windowed=True) == ("split", 8192, 5, 4)
     # aligned rows of that length: in chunks of 8192 up to 40,960, on chip past it
     assert launch(40000) == ("split", 8192, 5, 4)
     assert launch(45000)[0] == "on_chip"
@@ -955,10 +955,10 @@ def test_the_shipped_split_launches_do_not_spill():
     assert len(rows) == 9
     # 16-bit rows of 8k-262k in chunks of 4096: 2 warps (aligned 22,000, windows 12,289 and
     # 30,001; windows of 20,001 spill 36 bytes under triton 3.9, none under 3.6), 4 warps
-    # (windows of 40,001: 64 lanes), and 8192 in 4 warps (windows of 262,137)
-    small = _split_ptxas("--dtypes", "bfloat16", "--ns", "12289,22000,30001,40001,262137")
+    # (windows of 33,001), and 8192 in 4 warps (windows of 40,001 and 262,137)
+    small = _split_ptxas("--dtypes", "bfloat16", "--ns", "12289,22000,30001,33001,40001,262137")
     assert [(r["options"]["CHUNK"], r["options"]["num_warps"]) for r in small] == [
-        (4096, 2), (4096, 2), (4096, 2), (4096, 4), (8192, 4)]
+        (4096, 2), (4096, 2), (4096, 2), (4096, 4), (8192, 4), (8192, 4)]
     rows += small
     # fp32 windows of 4k-32k: chunks of 4096 and 2048 in 2 warps
     rows += _split_ptxas("--dtypes", "float32", "--ns", "5001,20001")

@@ -231,9 +231,10 @@ _SPLIT_16_WINDOWS = dict(_SPLIT_16_BIT, split_chunk=4096, split_warps=4, split_p
 # chunks of 8192 in 4 warps for long 16-bit rows: four programs per SM (registers capped at
 # 128) up to 131,072, five (capped at 96) past it
 _SPLIT_16_8K = dict(_SPLIT_16_BIT, split_chunk=8192, split_warps=4)
-# ... five per SM (capped at 96) for 16-bit windows of 49k-262k: as 128-byte windows they no
-# longer spill there (they did as 16-byte windows under triton 3.6), and bf16 100,001 ran at
-# 88% of copy against 84% in chunks of 4096 (H200, medians of 3)
+# ... five per SM (capped at 96) for 16-bit windows of 36k-262k: as 128-byte windows they no
+# longer spill there (they did as 16-byte windows under triton 3.6), and ran 3-9 points of
+# copy bandwidth ahead of chunks of 4096 (H200, bf16, medians of 3: 40,001 92% against 87%,
+# 100,001 88% against 84%, 262,137 85% against 76%)
 _SPLIT_16_8K_WINDOWS = dict(_SPLIT_16_8K, split_programs_per_sm=5)
 # 16-bit windows of 8k-32k: split in small chunks (the ones up to 8192 stay on chip)
 _WINDOWS_16_SMALL = dict(window_overrides=dict(_SPLIT_16_SMALL, max_on_chip=8192))
@@ -284,15 +285,14 @@ PLAN_TABLE: list[tuple[int, int, int, dict[str, Any]]] = [
     # 131,072 and five past it, the row loop pipelined in 3 stages (the next row's chunk
     # copied into shared memory while this row waits). From 32,769 to 40,960 too, which 3
     # chunks of 16,384 on chip pad by 20% or more; the rows of 40,961-49,152 stay on chip.
-    # Windows (odd N), which spill when pipelined in this shape (44 bytes at 96 registers),
-    # in chunks of 4096 eight per SM up to 262,144 (32 chunks), past it in one stage.
-    # Just past 32,768 five parts of 8192 leave each program a short part and a whole
+    # Windows (odd N) of 35,841-262,144 in chunks of 8192 five per SM, past it in one stage;
+    # those of 32,769-35,840 in chunks of 4096 eight per SM. Just past 32,768 five parts of 8192 leave each program a short part and a whole
     # program group to pay for: chunks of 4096 (two warps, ten per SM) up to 35,840.
     (2, 32768, 35840, dict(_SPLIT_16_SMALL, window_overrides=_SPLIT_16_WINDOWS)),
     (2, 35840, 40960, dict(_SPLIT_16_8K, split_programs_per_sm=4,
-                           window_overrides=_SPLIT_16_WINDOWS)),
+                           window_overrides=_SPLIT_16_8K_WINDOWS)),
     (2, 40960, 49152, dict(max_on_chip=49152, chip_chunked=True, chunk_elems_per_thread=128,
-                           window_overrides=dict(_SPLIT_16_WINDOWS, max_on_chip=32768))),
+                           window_overrides=dict(_SPLIT_16_8K_WINDOWS, max_on_chip=32768))),
     (2, 49152, 131072, dict(_SPLIT_16_8K, split_programs_per_sm=4,
                             window_overrides=_SPLIT_16_8K_WINDOWS)),
     (2, 131072, 262144, dict(_SPLIT_16_8K, split_programs_per_sm=5,
