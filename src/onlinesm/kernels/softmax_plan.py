@@ -286,8 +286,9 @@ PLAN_TABLE: list[tuple[int, int, int, dict[str, Any]]] = [
     # copied into shared memory while this row waits). From 32,769 to 40,960 too, which 3
     # chunks of 16,384 on chip pad by 20% or more; the rows of 40,961-49,152 stay on chip.
     # Windows (odd N) of 35,841-262,144 in chunks of 8192 five per SM, past it in one stage;
-    # those of 32,769-35,840 in chunks of 4096 eight per SM. Just past 32,768 five parts of 8192 leave each program a short part and a whole
-    # program group to pay for: chunks of 4096 (two warps, ten per SM) up to 35,840.
+    # those of 32,769-35,840 in chunks of 4096 eight per SM. Just past 32,768 five parts of
+    # 8192 leave each program a short part and a whole program group to pay for: chunks of
+    # 4096 (two warps, ten per SM) up to 35,840.
     (2, 32768, 35840, dict(_SPLIT_16_SMALL, window_overrides=_SPLIT_16_WINDOWS)),
     (2, 35840, 40960, dict(_SPLIT_16_8K, split_programs_per_sm=4,
                            window_overrides=_SPLIT_16_8K_WINDOWS)),
