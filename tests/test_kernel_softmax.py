@@ -277,8 +277,8 @@ def test_short_rows_off_the_vector_boundary_take_smaller_programs():
 def test_rows_of_4k_to_262k_split_where_on_chip_pads_or_windows_lose():
     """PLAN_TABLE: 16-bit rows that 3 chunks of 8192 would pad by 4% or more, and windows
     (odd N, width n + 7) of 8k-32k, split in chunks of 4096 in 2 warps, ten per SM; windows
-    of 32k-36k in chunks of 4096 in 4 warps, of 36k-262k in chunks of 8192, pipelined; fp32 windows of 4k-6k and 8k-32k in
-    small chunks; the rest as before."""
+    of 32k-36k in chunks of 4096 in 4 warps, of 36k-262k in chunks of 8192, pipelined; fp32
+    windows of 4k-6k and 8k-32k in small chunks; the rest as before."""
     def launch(n: int, windowed: bool = False, itemsize: int = 2) -> tuple:
         # a window's width: n plus the loose elements of one vector (7 in 16-bit, 3 in fp32)
         width = n + (16 // itemsize - 1) * windowed

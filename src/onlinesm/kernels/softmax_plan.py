@@ -231,8 +231,9 @@ _SPLIT_16_WINDOWS = dict(_SPLIT_16_BIT, split_chunk=4096, split_warps=4, split_p
 # chunks of 8192 in 4 warps for long 16-bit rows: four programs per SM (registers capped at
 # 128) up to 131,072, five (capped at 96) past it
 _SPLIT_16_8K = dict(_SPLIT_16_BIT, split_chunk=8192, split_warps=4)
-# ... five per SM (capped at 96) for 16-bit windows of 36k-262k: as 128-byte windows they no
-# longer spill there (they did as 16-byte windows under triton 3.6), and ran 3-9 points of
+# ... five per SM (capped at 96) for 16-bit windows of 36k-262k: 16-byte windows had spilled
+# 44 bytes in this shape (triton 3.6); 128-byte windows compile without a spill (triton 3.9,
+# bench/split_ptxas.py; tests/test_kernel_softmax.py checks it) and ran 3-9 points of
 # copy bandwidth ahead of chunks of 4096 (H200, bf16, medians of 3: 40,001 92% against 87%,
 # 100,001 88% against 84%, 262,137 85% against 76%)
 _SPLIT_16_8K_WINDOWS = dict(_SPLIT_16_8K, split_programs_per_sm=5)
