@@ -10,7 +10,8 @@
 #         statistical: bench/gpu_statistical.py, false alarms of the statistical tier (20 seeds);
 #         tune: the softmax launch variants side by side (bench/softmax.py --tune; TUNE_NS the
 #         lengths, TUNE_DTYPES the dtypes, TUNE_ONLY words that pick variants by name), each
-#         checked for correctness in the same run; softmax3: three bench runs (medians;
+#         checked for correctness in the same run; tune3: the tune three times and each
+#         candidate's median (bench/medians.py); softmax3: three bench runs (medians;
 #         SOFTMAX_NS, SOFTMAX_DTYPES choose the grid);
 #         kernels: the kernel test files compiled on the GPU (SOFTMAX_TESTS: a -k filter), each
 #         attention variant too;
@@ -72,6 +73,16 @@ for phase in "$@"; do
       timeout 300 python3 bench/softmax.py --tune --only "${TUNE_ONLY:-}" --dtypes ${TUNE_DTYPES:-bfloat16,float32} --gb ${SOFTMAX_GB:-0.5} \
         --ns ${TUNE_NS:-1000,3000,4096,12288,32768,49152,65536,131072,262144} --budget-s ${SOFTMAX_BUDGET:-150} > "$OUT/softmax_tune.log" 2>&1
       echo "== softmax tune: rc=$? $((SECONDS - start)) s"; grep -a "^| " "$OUT/softmax_tune.log" | tail -70 ;;
+    tune3)
+      # the tune three times (TUNE_* as for tune; each run needs about a third of tune's
+      # time once compiled), then each candidate's median % of copy (bench/medians.py)
+      for i in 1 2 3; do
+        OUT=$OUT/tune_run$i timeout ${TUNE3_RUN_S:-150} python3 bench/softmax.py --tune --only "${TUNE_ONLY:-}" \
+          --dtypes ${TUNE_DTYPES:-bfloat16,float32} --gb ${SOFTMAX_GB:-0.5} --ns ${TUNE_NS:-21000,50257} \
+          > "$OUT/tune_run$i.log" 2>&1
+        echo "== softmax tune run $i: rc=$? $((SECONDS - start)) s"
+      done
+      python3 bench/medians.py --only "${TUNE_ONLY:-}" "$OUT"/tune_run*/softmax.json | tee "$OUT/tune_medians.md" ;;
     softmax3)
       for i in 1 2 3; do
         OUT=$OUT/softmax_run$i timeout 120 python3 bench/softmax.py --dtypes ${SOFTMAX_DTYPES:-bfloat16,float32} --gb 0.5 \

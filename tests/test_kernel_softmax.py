@@ -892,15 +892,49 @@ def test_alignment_is_one_vector_of_the_dtype() -> None:
     assert _alignment(4, 1002, 1002, 1002) == 1
 
 
-def _bench_variants():
-    """bench/softmax.py's variants(): the launch candidates --tune times on a GPU."""
+def _bench_module(name: str):
+    """bench/<name>.py, imported from its file (bench/ is not a package)."""
     from pathlib import Path
 
     spec = importlib.util.spec_from_file_location(
-        "onlinesm_bench_softmax", Path(__file__).parents[1] / "bench" / "softmax.py")
+        f"onlinesm_bench_{name}", Path(__file__).parents[1] / "bench" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.variants
+    return module
+
+
+def _bench_variants():
+    """bench/softmax.py's variants(): the launch candidates --tune times on a GPU."""
+    return _bench_module("softmax").variants
+
+
+def test_bench_medians_compare_candidates_by_medians_over_runs(tmp_path, capsys, monkeypatch):
+    # Three runs of bench/softmax.py --tune: each candidate's median % of copy, its range, and
+    # its median ratio to the shipped launch in the same runs (not the ratio of medians).
+    import json
+    import sys
+
+    medians = _bench_module("medians")
+    runs = [[dict(dtype="bfloat16", N=21000, M=4, bytes=8, copy=copy, ours=ours, alt=alt,
+                  ours_err=[0.0, 0.0], plan="split")]
+            for copy, ours, alt in ((4000.0, 3400.0, 3600.0), (4200.0, 3780.0, 3570.0),
+                                    (4100.0, 3567.0, 3649.0))]
+    got = {m["candidate"]: m for m in medians.medians(runs)}
+    assert set(got) == {"ours", "alt"}  # not copy, M, bytes, errors or the plan
+    assert got["ours"]["pct"] == pytest.approx(87.0) and got["ours"]["runs"] == 3
+    assert (got["alt"]["lo"], got["alt"]["hi"]) == pytest.approx((85.0, 90.0))
+    assert got["alt"]["vs_ours"] == pytest.approx(3649.0 / 3567.0)  # middle of 1.06, 0.94, 1.02
+    files = []
+    for i, rows in enumerate(runs):
+        files.append(tmp_path / f"run{i}.json")
+        files[-1].write_text(json.dumps(dict(rows=rows)))
+    monkeypatch.setattr(sys, "argv", ["medians.py", "--only", "alt", *map(str, files)])
+    medians.main()
+    assert "| bfloat16 | 21000 | alt | 89.0 | 85.0-90.0 | 3 | 1.023 | split |" in (
+        capsys.readouterr().out)
+    monkeypatch.setattr(sys, "argv", ["medians.py", str(tmp_path / "missing.json")])
+    with pytest.raises(SystemExit, match="cannot read the rows of .*missing.json"):
+        medians.main()
 
 
 @pytest.mark.parametrize("n", [63, 1001, 5000, 20000, 22000], ids=str)
