@@ -25,8 +25,12 @@ from typing import Any, Callable
 #: case -> (description, ncu kernel-name regex)
 CASES: dict[str, tuple[str, str]] = {
     "softmax_bf16_12288": ("softmax, bf16, 20,345 rows x 12,288 (81% of copy)", "softmax"),
-    "softmax_bf16_50257": ("softmax, bf16, 4,974 rows x 50,257 (81% of copy, windowed split)",
-                           "softmax"),
+    "softmax_bf16_50257": ("softmax, bf16, 4,974 rows x 50,257 (87.5% of copy, split as "
+                           "128-byte windows in chunks of 8192)", "softmax"),
+    "softmax_bf16_21000": ("softmax, bf16, 11,904 rows x 21,000 (86-88% of copy, split as "
+                           "128-byte windows in chunks of 4096, two warps)", "softmax"),
+    "softmax_bf16_100001": ("softmax, bf16, 2,499 rows x 100,001 (88% of copy, split as "
+                            "128-byte windows in chunks of 8192)", "softmax"),
     "softmax_bf16_65536": ("softmax, bf16, 3,814 rows x 65,536 (87% of copy, split)", "softmax"),
     "softmax_bf16_65536_st3": ("as softmax_bf16_65536, the row loop pipelined in 3 stages "
                                "(67-75% of copy)", "softmax"),
