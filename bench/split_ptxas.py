@@ -3,7 +3,8 @@
 What: for each dtype and row length, takes the launch the launcher would make on a GPU (its
 plan, knobs and, for split rows, ``_split_options``: constexprs, warps, register cap),
 compiles the split or on-chip kernel for sm_90a with Triton (no device needed) and runs
-``ptxas -v`` on the PTX.
+``ptxas -v`` on the PTX; ``ptx_sha`` (with ``--json``) hashes its instructions without the
+debug lines, so a refactor that must not change the code can be checked on any machine.
 
 Why: split rows are latency-bound, so a spill under the register cap is expensive: bf16
 131,072 pipelined with 16 merge lanes spilled 36 bytes (Nsight Compute: 1.6 M local-memory
@@ -21,6 +22,7 @@ Needs torch and triton (any machine: CPU builds do); not under TRITON_INTERPRET.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import importlib
 import json
 import os
@@ -109,7 +111,17 @@ def _compile(fn: Any, n: int, options: dict[str, Any], pointers: dict[str, str],
         options={k: v for k, v in options.items() if k in ("num_warps", "maxnreg")})
     r = ptxas_sm90(compiled)
     return dict(options=options, registers=r["registers"], spill_bytes=r["spill_bytes"],
-                shared=r["shared"])
+                shared=r["shared"], ptx_sha=_code_hash(compiled.asm["ptx"]))
+
+
+def _code_hash(ptx: str) -> str:
+    """A short hash of the PTX's instructions, without its debug lines (``.loc``, ``.file``,
+    the ``.debug_*`` sections) and comments: the same for a kernel refactored into helpers
+    that compiles to the same code, whatever the source lines moved."""
+    body = ptx.split(".section\t.debug", 1)[0].split(".section .debug", 1)[0]
+    keep = [line.split("//", 1)[0].strip() for line in body.splitlines()]
+    keep = [line for line in keep if line and not line.startswith((".loc", ".file"))]
+    return hashlib.sha256("\n".join(keep).encode()).hexdigest()[:12]
 
 
 def main(argv: list[str] | None = None) -> int:
