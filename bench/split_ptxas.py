@@ -116,11 +116,12 @@ def _compile(fn: Any, n: int, options: dict[str, Any], pointers: dict[str, str],
 
 def _code_hash(ptx: str) -> str:
     """A short hash of the PTX's instructions, without its debug lines (``.loc``, ``.file``,
-    the ``.debug_*`` sections) and comments: the same for a kernel refactored into helpers
-    that compiles to the same code, whatever the source lines moved."""
+    the ``$L__tmp`` labels only they use, the ``.debug_*`` sections) and comments: the same for
+    a kernel refactored into helpers that compiles to the same code, whatever the source lines
+    moved."""
     body = ptx.split(".section\t.debug", 1)[0].split(".section .debug", 1)[0]
     keep = [line.split("//", 1)[0].strip() for line in body.splitlines()]
-    keep = [line for line in keep if line and not line.startswith((".loc", ".file"))]
+    keep = [line for line in keep if line and not line.startswith((".loc", ".file", "$L__tmp"))]
     return hashlib.sha256("\n".join(keep).encode()).hexdigest()[:12]
 
 

@@ -659,35 +659,8 @@ def _softmax_split_kernel(
     lane_ok = lanes < SPLIT
     for row in tl.range(group, n_rows, n_groups, num_stages=STAGES):
         row64 = row.to(tl.int64)
-        x_base, y_base, first, v_lo, v_hi = _row_window(row64, stride_xm, stride_ym, n_cols, SHIFT)
-        # The part's bounds as one comparison against the arange (with the row's bounds in
-        # it): a mask of its own per element costs registers under the cap.
-        col_ok = _in_vectors(cols, v_lo - start, tl.minimum(v_hi - start, chunk_cols), SHIFT)
-        # The chunk is read once and stays in registers until it is written.
-        x = tl.load(x_ptr + (x_base + start) + cols, mask=col_ok, other=NEG_INF,
-                    eviction_policy="evict_first")
-        if SHIFT > 1:
-            # The loose elements, loaded with the chunk rather than after its max: chunk 0 is
-            # on every row's critical path, and a second round trip there delays all SPLIT.
-            # (Loaded a row ahead instead, in registers across the wait, they cost bf16 rows in
-            # chunks of 4096 6-12% of copy bandwidth on the H200, and gained nothing elsewhere.)
-            ke, oke = _loose_columns(tl.arange(0, 2 * SHIFT), first, v_lo, v_hi,
-                                      first + n_cols, SHIFT)
-            oke = oke & (chunk == 0)
-            xe = tl.load(x_ptr + x_base + ke, mask=oke, other=NEG_INF).to(tl.float32)
-        x = x.to(tl.float32)  # widen once
-        # This chunk's (m_c, d_c), exactly as in kernel 1 (chunk 0 with the loose elements).
-        m_c = tl.max(x, axis=0)
-        if SHIFT > 1:
-            m_c = tl.maximum(m_c, tl.max(xe, axis=0))
-        m_c_ref = tl.where(m_c == NEG_INF, 0.0, m_c)
-        # e_c = exp(x - m_c), kept in x's registers until the store: one exp per element, the
-        # chunk rescaled below by one factor once the row's max is known.
-        x = tl.exp2((x - m_c_ref) * 1.4426950408889634)  # log2(e)
-        d_c = tl.sum(x, axis=0)
-        if SHIFT > 1:
-            xe = tl.exp2((xe - m_c_ref) * 1.4426950408889634)  # log2(e)
-            d_c += tl.sum(xe, axis=0)
+        e, xe, m_c, d_c, where = _split_part(x_ptr, row64, n_cols, stride_xm, stride_ym,
+                                             chunk, chunk_cols, start, cols, SHIFT)
         if PACKED:
             ms, ds, seen = _exchange_packed(part_ptr, row64, chunk, m_c, d_c, lanes, lane_ok,
                                             SPLIT, MAX_SPIN, POLL_IN_ASM or STAGES > 1,
@@ -695,23 +668,76 @@ def _softmax_split_kernel(
         else:
             ms, ds, seen = _exchange_counted(part_ptr, count_ptr, row64, chunk, m_c, d_c,
                                              lanes, lane_ok, SPLIT, MAX_SPIN)
-        # Merge:  m = max_c m_c,   d = sum_c d_c * exp(m_c - m).
-        ms = tl.where(lane_ok, ms, NEG_INF)  # lanes past SPLIT: no chunk, nothing to merge
-        ds = tl.where(lane_ok, ds, 0.0)
-        m = tl.max(ms, axis=0)
-        m_ref = tl.where(m == NEG_INF, 0.0, m)
-        d = tl.sum(ds * tl.exp2((ms - m_ref) * 1.4426950408889634), axis=0)  # log2(e)
-        d = tl.where(seen < SPLIT, float("nan"), d)  # timed out: say so loudly, never hang
-        inv = _inverse(d, NAN_IF_EMPTY)
-        # y = exp(x - m) / d = e_c * (exp(m_c - m) / d): the chunk's exps re-referenced to the
-        # row max by one scalar factor (<= 1, no overflow). A chunk with no finite entry has
-        # e_c = 0 and m_c = -inf, so its factor is exp(-inf) = 0 and its outputs 0 (NaN where d
-        # is NaN: a NaN or +inf elsewhere in the row reaches every output through inv).
-        scale = tl.exp2((m_c - m_ref) * 1.4426950408889634) * inv  # log2(e)
-        tl.store(y_ptr + (y_base + start) + cols, (x * scale).to(y_ptr.dtype.element_ty),
-                 mask=col_ok)
-        if SHIFT > 1:
-            tl.store(y_ptr + y_base + ke, (xe * scale).to(y_ptr.dtype.element_ty), mask=oke)
+        _split_finish(y_ptr, start, cols, where, e, xe, m_c, ms, ds, seen, lane_ok, SPLIT,
+                      NAN_IF_EMPTY, SHIFT)
+
+
+@triton.jit
+def _split_part(x_ptr, row64, n_cols, stride_xm, stride_ym, chunk, chunk_cols, start, cols,
+                SHIFT: tl.constexpr):
+    """One program's part of a split row, read once: (e, xe, m_c, d_c, where), its exps
+    e = exp(x - m_c) over the part's columns (and xe over the row's loose elements, chunk 0
+    only, SHIFT > 1), kept in registers until _split_finish writes them, the part's
+    (m_c, d_c) for the exchange, and where they go: (y_base, col_ok, ke, oke)."""
+    x_base, y_base, first, v_lo, v_hi = _row_window(row64, stride_xm, stride_ym, n_cols, SHIFT)
+    # The part's bounds as one comparison against the arange (with the row's bounds in
+    # it): a mask of its own per element costs registers under the cap.
+    col_ok = _in_vectors(cols, v_lo - start, tl.minimum(v_hi - start, chunk_cols), SHIFT)
+    # The chunk is read once and stays in registers until it is written.
+    x = tl.load(x_ptr + (x_base + start) + cols, mask=col_ok, other=NEG_INF,
+                eviction_policy="evict_first")
+    if SHIFT > 1:
+        # The loose elements, loaded with the chunk rather than after its max: chunk 0 is
+        # on every row's critical path, and a second round trip there delays all SPLIT.
+        # (Loaded a row ahead instead, in registers across the wait, they cost bf16 rows in
+        # chunks of 4096 6-12% of copy bandwidth on the H200, and gained nothing elsewhere.)
+        ke, oke = _loose_columns(tl.arange(0, 2 * SHIFT), first, v_lo, v_hi,
+                                  first + n_cols, SHIFT)
+        oke = oke & (chunk == 0)
+        xe = tl.load(x_ptr + x_base + ke, mask=oke, other=NEG_INF).to(tl.float32)
+    else:  # no loose elements (unused)
+        ke = tl.zeros([2], tl.int64)
+        oke = ke > 0
+        xe = tl.full([2], NEG_INF, tl.float32)
+    x = x.to(tl.float32)  # widen once
+    # This chunk's (m_c, d_c), exactly as in kernel 1 (chunk 0 with the loose elements).
+    m_c = tl.max(x, axis=0)
+    if SHIFT > 1:
+        m_c = tl.maximum(m_c, tl.max(xe, axis=0))
+    m_c_ref = tl.where(m_c == NEG_INF, 0.0, m_c)
+    # e_c = exp(x - m_c), kept in x's registers until the store: one exp per element, the
+    # chunk rescaled below by one factor once the row's max is known.
+    x = tl.exp2((x - m_c_ref) * 1.4426950408889634)  # log2(e)
+    d_c = tl.sum(x, axis=0)
+    if SHIFT > 1:
+        xe = tl.exp2((xe - m_c_ref) * 1.4426950408889634)  # log2(e)
+        d_c += tl.sum(xe, axis=0)
+    return x, xe, m_c, d_c, (y_base, col_ok, ke, oke)
+
+
+@triton.jit
+def _split_finish(y_ptr, start, cols, where, e, xe, m_c, ms, ds, seen, lane_ok,
+                  SPLIT: tl.constexpr, NAN_IF_EMPTY: tl.constexpr, SHIFT: tl.constexpr):
+    """Merge the row's SPLIT states (ms, ds) into its (m, d), and write this program's part:
+    y = e * exp(m_c - m) / d (see _split_part)."""
+    y_base, col_ok, ke, oke = where
+    # Merge:  m = max_c m_c,   d = sum_c d_c * exp(m_c - m).
+    ms = tl.where(lane_ok, ms, NEG_INF)  # lanes past SPLIT: no chunk, nothing to merge
+    ds = tl.where(lane_ok, ds, 0.0)
+    m = tl.max(ms, axis=0)
+    m_ref = tl.where(m == NEG_INF, 0.0, m)
+    d = tl.sum(ds * tl.exp2((ms - m_ref) * 1.4426950408889634), axis=0)  # log2(e)
+    d = tl.where(seen < SPLIT, float("nan"), d)  # timed out: say so loudly, never hang
+    inv = _inverse(d, NAN_IF_EMPTY)
+    # y = exp(x - m) / d = e_c * (exp(m_c - m) / d): the chunk's exps re-referenced to the
+    # row max by one scalar factor (<= 1, no overflow). A chunk with no finite entry has
+    # e_c = 0 and m_c = -inf, so its factor is exp(-inf) = 0 and its outputs 0 (NaN where d
+    # is NaN: a NaN or +inf elsewhere in the row reaches every output through inv).
+    scale = tl.exp2((m_c - m_ref) * 1.4426950408889634) * inv  # log2(e)
+    tl.store(y_ptr + (y_base + start) + cols, (e * scale).to(y_ptr.dtype.element_ty),
+             mask=col_ok)
+    if SHIFT > 1:
+        tl.store(y_ptr + y_base + ke, (xe * scale).to(y_ptr.dtype.element_ty), mask=oke)
 
 
 # --------------------------------------------------------------------------------------------
