@@ -88,6 +88,9 @@ def variants(n: int, itemsize: int) -> list[tuple[str, dict[str, Any]]]:
       16-byte vector (``split_window_bytes=16``), not off 128 bytes.
     * ``split st4``: the shipped plan with split rows pipelined in 4 stages (three rows'
       chunks in flight during a row's wait, not two).
+    * ``split ahead cC wW xP``: split in chunks of C, W warps, P programs per SM, with the
+      exchange a row ahead (``split_exchange_ahead``: row r + 1's part read and its (m, d)
+      published before row r's wait).
     """
     out: list[tuple[str, dict[str, Any]]] = []
     if n % (16 // itemsize) and n <= 4096:  # odd short rows: one per program, as a window
@@ -170,6 +173,13 @@ def variants(n: int, itemsize: int) -> list[tuple[str, dict[str, Any]]]:
         out.append(("split unbalanced", dict(path="auto", tuning=dict(split_balanced=False))))
         out.append(("split win16", dict(path="auto", tuning=dict(split_window_bytes=16))))
         out.append(("split st4", dict(path="auto", tuning=dict(split_stages=4))))
+        # the exchange a row ahead (split_exchange_ahead): two parts live across the wait, so
+        # in shapes of half the shipped part per thread (spill-free: bench/split_ptxas.py)
+        for chunk, warps, per_sm in ((4096, 4, 5), (4096, 8, 4), (2048, 2, 10), (8192, 8, 2)):
+            out.append((f"split ahead c{chunk} w{warps} x{per_sm}", dict(path="split", tuning=dict(
+                split_exchange_ahead=True, split_chunk=chunk, split_warps=warps,
+                split_programs_per_sm=per_sm, split_packed=True, split_stages=3,
+                split_poll_loads=True))))
     if n > 32768:
         # the shipped plan without its register cap; pipelined (the next row's chunk copied
         # into shared memory while this row waits), polling with atomics or with loads

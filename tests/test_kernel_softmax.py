@@ -785,6 +785,33 @@ def test_tuning_knobs_are_checked():
         sp.split_exchange(t, 8)
 
 
+def test_the_exchange_a_row_ahead_needs_the_packed_word_and_polls_in_ptx():
+    # split_exchange_ahead publishes row r + 1 before row r's wait: the packed exchange's
+    # publish and wait apart, the wait as the PTX poll; with the counter it does not apply.
+    ahead = sp._tuning(65536, 2, "auto", dict(split_exchange_ahead=True, split_stages=1))
+    ex = sp.split_exchange(ahead, 8)
+    assert ex.ahead and ex.packed and ex.poll_in_asm and str(ex).endswith(" ahead")
+    counted = sp.split_exchange({**ahead, "split_packed": False}, 8)
+    assert not counted.ahead and str(counted) == "counter l32"
+    assert not sp.split_exchange(sp._tuning(65536, 2, "auto", None), 8).ahead  # off: a candidate
+
+
+def test_the_exchange_a_row_ahead_compiles_without_spills_in_its_bench_shapes():
+    # Two parts live across the wait: in the shipped shapes that spills (bf16 chunks of 4096
+    # in 2 warps: 564 bytes), so the bench times it in shapes of half the part per thread.
+    # The kernel path cannot run on a CPU (its programs wait for each other); this is what a
+    # machine without a GPU can check of it: it compiles for sm_90a, takes AHEAD, fits.
+    tuning = ('{"split_exchange_ahead": true, "split_chunk": 4096, "split_warps": 4, '
+              '"split_programs_per_sm": 5, "split_packed": true, "split_stages": 3, '
+              '"split_poll_loads": true}')
+    rows = _split_ptxas("--dtypes", "bfloat16", "--ns", "21000,131072", "--path", "split",
+                        "--tuning", tuning)
+    assert [r["options"]["AHEAD"] for r in rows] == [True, True]
+    assert all(r["spill_bytes"] == 0 and r["registers"] <= 96 for r in rows), rows
+    shipped = _split_ptxas("--dtypes", "bfloat16", "--ns", "21000")[0]
+    assert shipped["options"]["AHEAD"] is False and shipped["ptx_sha"] != rows[0]["ptx_sha"]
+
+
 @pytest.mark.parametrize("width, parts, want", [
     (20488, 6, 3424),  # 5 x 4096 and 8: 3414.7 rounded up to 16
     (21000, 6, 3504),  # 5 x 4096 and 520: 3500 rounded up to 16
@@ -827,7 +854,11 @@ def test_split_register_cap_lets_the_planned_programs_share_an_sm():
     dict(split_stages=2, split_poll_loads=False), dict(window_overrides={}),
     dict(split_min_lanes=1), dict(split_stages=3, split_chunk=4096, split_programs_per_sm=8),
     dict(split_chunk=4096, split_warps=2, split_programs_per_sm=10),
-    dict(split_balanced=False), dict(split_stages=4)], ids=str)
+    dict(split_balanced=False), dict(split_stages=4),
+    # the exchange a row ahead, pipelined or not, in a shape that holds two parts unspilled
+    dict(split_exchange_ahead=True, split_chunk=4096, split_warps=4, split_programs_per_sm=5),
+    dict(split_exchange_ahead=True, split_stages=1, split_chunk=2048, split_warps=2,
+         split_programs_per_sm=10)], ids=str)
 def test_gpu_split_variants_stay_correct(dtype, knobs):
     # Registers capped (fp32 windows spill to fit the plan) or not, either exchange, pipelined
     # or not: rows that break kernels, odd rows (windows), and many rows per group.

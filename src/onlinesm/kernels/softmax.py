@@ -574,9 +574,25 @@ def _exchange_packed(part_ptr, row64, chunk, m_c, d_c, lanes, lane_ok,
     != -1 already holds the row's states. One word is written whole, so no fence is needed:
     one store and one read per poll, where the counter costs a write fence, a count, a poll
     and then a read of the states."""
+    _publish_packed(part_ptr, row64, chunk, m_c, d_c, SPLIT)
+    return _wait_packed(part_ptr, row64, lanes, lane_ok, SPLIT, MAX_SPIN, POLL_IN_ASM,
+                        POLL_LOADS)
+
+
+@triton.jit
+def _publish_packed(part_ptr, row64, chunk, m_c, d_c, SPLIT: tl.constexpr, ok=None):
+    """Write this chunk's (m_c, d_c) into its slot of row ``row64`` as one word (see
+    _exchange_packed); nothing where ``ok`` (if given) is false: a row past the tensor."""
     m_bits = m_c.to(tl.int32, bitcast=True).to(tl.int64)
     d_bits = d_c.to(tl.int32, bitcast=True).to(tl.int64) & 0xFFFFFFFF
-    tl.atomic_xchg(part_ptr + row64 * SPLIT + chunk, (m_bits << 32) | d_bits, sem="relaxed")
+    tl.atomic_xchg(part_ptr + row64 * SPLIT + chunk, (m_bits << 32) | d_bits, mask=ok,
+                   sem="relaxed")
+
+
+@triton.jit
+def _wait_packed(part_ptr, row64, lanes, lane_ok, SPLIT: tl.constexpr, MAX_SPIN: tl.constexpr,
+                 POLL_IN_ASM: tl.constexpr = False, POLL_LOADS: tl.constexpr = False):
+    """Wait for the SPLIT words of row ``row64`` (see _exchange_packed): (ms, ds, seen)."""
     if POLL_IN_ASM:
         # Each thread spins on its lane's word inside one PTX loop: no loop in Triton's IR,
         # so the row loop around this stays one the pipeliner can take apart (loads of the
@@ -628,6 +644,8 @@ def _softmax_split_kernel(
     # row loop is software-pipelined: the next row's chunk loads while this row waits
     POLL_IN_ASM: tl.constexpr = False,  # (with PACKED) that PTX poll, also when STAGES == 1
     POLL_LOADS: tl.constexpr = False,  # that PTX poll reads with loads, not atomics
+    AHEAD: tl.constexpr = False,  # (with PACKED and the PTX poll) row r + 1's part read and
+    # published before row r's wait (split_exchange_ahead)
 ):
     if ALIGN > 1:
         # The launcher checked that sizes and strides are multiples of ALIGN (one 16-byte
@@ -657,6 +675,11 @@ def _softmax_split_kernel(
     cols = tl.arange(0, CHUNK)  # ... and the columns from there
     lanes = tl.arange(0, LANES)
     lane_ok = lanes < SPLIT
+    if AHEAD:
+        _split_rows_ahead(x_ptr, y_ptr, part_ptr, n_rows, n_cols, stride_xm, stride_ym,
+                          chunk_cols, chunk, group, n_groups, start, cols, lanes, lane_ok,
+                          SPLIT, NAN_IF_EMPTY, MAX_SPIN, SHIFT, STAGES, POLL_LOADS)
+        return
     for row in tl.range(group, n_rows, n_groups, num_stages=STAGES):
         row64 = row.to(tl.int64)
         e, xe, m_c, d_c, where = _split_part(x_ptr, row64, n_cols, stride_xm, stride_ym,
@@ -673,16 +696,87 @@ def _softmax_split_kernel(
 
 
 @triton.jit
-def _split_part(x_ptr, row64, n_cols, stride_xm, stride_ym, chunk, chunk_cols, start, cols,
-                SHIFT: tl.constexpr):
-    """One program's part of a split row, read once: (e, xe, m_c, d_c, where), its exps
-    e = exp(x - m_c) over the part's columns (and xe over the row's loose elements, chunk 0
-    only, SHIFT > 1), kept in registers until _split_finish writes them, the part's
-    (m_c, d_c) for the exchange, and where they go: (y_base, col_ok, ke, oke)."""
+def _split_rows_ahead(x_ptr, y_ptr, part_ptr, n_rows, n_cols, stride_xm, stride_ym,
+                      chunk_cols, chunk, group, n_groups, start, cols, lanes, lane_ok,
+                      SPLIT: tl.constexpr, NAN_IF_EMPTY: tl.constexpr, MAX_SPIN: tl.constexpr,
+                      SHIFT: tl.constexpr, STAGES: tl.constexpr, POLL_LOADS: tl.constexpr):
+    """The split kernel's row loop with the exchange a row ahead (split_exchange_ahead).
+
+    The row loop above reads its part of row r, publishes its (m_c, d_c) and waits for the
+    other parts of row r at once: they were published moments earlier or not yet, and the
+    wait (latency) bounds split rows. Here the part of row r + n_groups is read, its exps
+    computed and its (m_c, d_c) published before row r's wait, so by the time a program
+    waits for row r, the others have had a whole part's work to publish theirs. Deadlock
+    free as before: publishing never waits, and a group's programs wait for rows in the
+    same order. The price: two parts' exps in registers across the wait.
+    """
+    # The group's first row (nothing past the tensor: a group may own no row at all).
+    first64 = group.to(tl.int64)
+    e, xe, m_c, d_c, _first = _split_part(x_ptr, first64, n_cols, stride_xm, stride_ym, chunk,
+                                          chunk_cols, start, cols, SHIFT, group < n_rows)
+    _publish_packed(part_ptr, first64, chunk, m_c, d_c, SPLIT, group < n_rows)
+    for row in tl.range(group, n_rows, n_groups, num_stages=STAGES):
+        # 1. The next row's part: read, reduced and published (masked past the last row).
+        nxt = row + n_groups
+        nxt64 = nxt.to(tl.int64)
+        e_n, xe_n, m_n, d_n, _next = _split_part(x_ptr, nxt64, n_cols, stride_xm, stride_ym,
+                                                 chunk, chunk_cols, start, cols, SHIFT,
+                                                 nxt < n_rows)
+        _publish_packed(part_ptr, nxt64, chunk, m_n, d_n, SPLIT, nxt < n_rows)
+        # 2. This row's wait, merge and write; where it goes is worked out again (integer
+        # arithmetic) rather than held across the loop (a mask as long as the part).
+        row64 = row.to(tl.int64)
+        ms, ds, seen = _wait_packed(part_ptr, row64, lanes, lane_ok, SPLIT, MAX_SPIN, True,
+                                    POLL_LOADS)
+        _x_base, y_base, first, v_lo, v_hi, col_ok = _split_where(
+            row64, n_cols, stride_xm, stride_ym, chunk_cols, start, cols, SHIFT)
+        if SHIFT > 1:
+            ke, oke = _split_loose(first, v_lo, v_hi, n_cols, chunk, SHIFT)
+        else:  # no loose elements (unused)
+            ke = tl.zeros([2], tl.int64)
+            oke = ke > 0
+        _split_finish(y_ptr, start, cols, (y_base, col_ok, ke, oke), e, xe, m_c, ms, ds, seen,
+                      lane_ok, SPLIT, NAN_IF_EMPTY, SHIFT)
+        # 3. The next row's part becomes this row's.
+        e, xe, m_c = e_n, xe_n, m_n
+
+
+@triton.jit
+def _split_where(row64, n_cols, stride_xm, stride_ym, chunk_cols, start, cols,
+                 SHIFT: tl.constexpr, row_ok=None):
+    """Where this program's part of split row ``row64`` lies: (x_base, y_base, first, v_lo,
+    v_hi) as _row_window gives them, and col_ok, the mask of the part's columns. ``row_ok``
+    (if given) false masks them all: a row past the tensor."""
     x_base, y_base, first, v_lo, v_hi = _row_window(row64, stride_xm, stride_ym, n_cols, SHIFT)
     # The part's bounds as one comparison against the arange (with the row's bounds in
     # it): a mask of its own per element costs registers under the cap.
     col_ok = _in_vectors(cols, v_lo - start, tl.minimum(v_hi - start, chunk_cols), SHIFT)
+    if row_ok is not None:
+        col_ok = col_ok & row_ok
+    return x_base, y_base, first, v_lo, v_hi, col_ok
+
+
+@triton.jit
+def _split_loose(first, v_lo, v_hi, n_cols, chunk, SHIFT: tl.constexpr, row_ok=None):
+    """The row's loose elements (SHIFT > 1; chunk 0 owns them): their window columns ke and
+    mask oke (see _loose_columns), all masked where ``row_ok`` (if given) is false."""
+    ke, oke = _loose_columns(tl.arange(0, 2 * SHIFT), first, v_lo, v_hi, first + n_cols, SHIFT)
+    oke = oke & (chunk == 0)
+    if row_ok is not None:
+        oke = oke & row_ok
+    return ke, oke
+
+
+@triton.jit
+def _split_part(x_ptr, row64, n_cols, stride_xm, stride_ym, chunk, chunk_cols, start, cols,
+                SHIFT: tl.constexpr, row_ok=None):
+    """One program's part of a split row, read once: (e, xe, m_c, d_c, where), its exps
+    e = exp(x - m_c) over the part's columns (and xe over the row's loose elements, chunk 0
+    only, SHIFT > 1), kept in registers until _split_finish writes them, the part's
+    (m_c, d_c) for the exchange, and where they go: (y_base, col_ok, ke, oke). ``row_ok``
+    (if given) false reads nothing: a row past the tensor."""
+    x_base, y_base, first, v_lo, v_hi, col_ok = _split_where(
+        row64, n_cols, stride_xm, stride_ym, chunk_cols, start, cols, SHIFT, row_ok)
     # The chunk is read once and stays in registers until it is written.
     x = tl.load(x_ptr + (x_base + start) + cols, mask=col_ok, other=NEG_INF,
                 eviction_policy="evict_first")
@@ -691,9 +785,7 @@ def _split_part(x_ptr, row64, n_cols, stride_xm, stride_ym, chunk, chunk_cols, s
         # on every row's critical path, and a second round trip there delays all SPLIT.
         # (Loaded a row ahead instead, in registers across the wait, they cost bf16 rows in
         # chunks of 4096 6-12% of copy bandwidth on the H200, and gained nothing elsewhere.)
-        ke, oke = _loose_columns(tl.arange(0, 2 * SHIFT), first, v_lo, v_hi,
-                                  first + n_cols, SHIFT)
-        oke = oke & (chunk == 0)
+        ke, oke = _split_loose(first, v_lo, v_hi, n_cols, chunk, SHIFT, row_ok)
         xe = tl.load(x_ptr + x_base + ke, mask=oke, other=NEG_INF).to(tl.float32)
     else:  # no loose elements (unused)
         ke = tl.zeros([2], tl.int64)
@@ -964,7 +1056,8 @@ def _split_options(p: Plan, t: dict[str, Any], align: int, shift: int,
     return dict(
         CHUNK=p.block, SPLIT=p.split, LANES=ex.lanes, NAN_IF_EMPTY=nan_if_empty,
         MAX_SPIN=int(t["max_spin"]), ALIGN=align, SHIFT=shift, PACKED=ex.packed, STAGES=ex.stages,
-        POLL_IN_ASM=ex.poll_in_asm, POLL_LOADS=ex.poll_loads, num_warps=p.num_warps,
+        POLL_IN_ASM=ex.poll_in_asm, POLL_LOADS=ex.poll_loads, AHEAD=ex.ahead,
+        num_warps=p.num_warps,
         **({"maxnreg": _register_cap(per_sm, p.num_warps)} if t["split_cap_registers"] else {}))
 
 

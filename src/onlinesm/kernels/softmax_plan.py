@@ -95,6 +95,11 @@ TUNING: dict[str, Any] = {
     # windows of 16 for odd and off-sector rows of 16k-100k in every dtype). 16: one vector,
     # only where a row starts off the vector.
     "split_window_bytes": 128,
+    # (Candidate, off until measured on a GPU.) Each split program reads its part of row r + 1
+    # and publishes that part's (m, d) before it waits for row r's: the wait that bounds split
+    # rows (Nsight Compute: latency) then finds the other parts of row r published a whole part
+    # earlier. Two parts are live in registers across the wait (packed exchange only).
+    "split_exchange_ahead": False,
     # Knobs over the PLAN_TABLE row's for rows handled as aligned windows (odd N, up to 7
     # loose elements at each end): the windowed kernels load and spill differently, so a
     # window can take another path or launch than an aligned row of its length (PLAN_TABLE).
@@ -450,6 +455,7 @@ class SplitExchange:
     poll_in_asm: bool  # the wait as one PTX loop per thread (packed only)
     poll_loads: bool  # that loop reads with relaxed loads, not atomics
     lanes: int  # the merge's lanes: a power of two >= the chunks of a row
+    ahead: bool = False  # the next row's part published before this row's wait (packed only)
 
     def __str__(self) -> str:
         if not self.packed:
@@ -457,7 +463,7 @@ class SplitExchange:
         poll = "poll"  # the Triton-level loop of atomic reads
         if self.poll_in_asm:
             poll = "asm loads" if self.poll_loads else "asm atomics"
-        return f"packed st{self.stages} {poll} l{self.lanes}"
+        return f"packed st{self.stages} {poll} l{self.lanes}" + (" ahead" if self.ahead else "")
 
 
 def split_exchange(t: dict[str, Any], split: int) -> SplitExchange:
@@ -471,12 +477,13 @@ def split_exchange(t: dict[str, Any], split: int) -> SplitExchange:
     """
     packed = bool(t["split_packed"])
     stages = int(t["split_stages"]) if packed else 1  # the pipelined loop needs the PTX poll
-    in_asm = packed and (stages > 1 or bool(t["split_poll_asm"]))
+    ahead = packed and bool(t["split_exchange_ahead"])  # ... as does the exchange a row ahead
+    in_asm = packed and (stages > 1 or ahead or bool(t["split_poll_asm"]))
     if _pow2(int(t["split_min_lanes"])) != int(t["split_min_lanes"]) or stages < 1:
         raise ValueError(f"split_min_lanes={t['split_min_lanes']!r} must be a power of two and "
                          f"split_stages={stages!r} at least 1; e.g. split_min_lanes=32")
     return SplitExchange(packed, stages, in_asm, in_asm and bool(t["split_poll_loads"]),
-                         max(_pow2(split), int(t["split_min_lanes"])))
+                         max(_pow2(split), int(t["split_min_lanes"])), ahead)
 
 
 def split_columns(width: int, split: int, block: int, balanced: bool = True,
