@@ -679,20 +679,20 @@ def _softmax_split_kernel(
         _split_rows_ahead(x_ptr, y_ptr, part_ptr, n_rows, n_cols, stride_xm, stride_ym,
                           chunk_cols, chunk, group, n_groups, start, cols, lanes, lane_ok,
                           SPLIT, NAN_IF_EMPTY, MAX_SPIN, SHIFT, STAGES, POLL_LOADS)
-        return
-    for row in tl.range(group, n_rows, n_groups, num_stages=STAGES):
-        row64 = row.to(tl.int64)
-        e, xe, m_c, d_c, where = _split_part(x_ptr, row64, n_cols, stride_xm, stride_ym,
-                                             chunk, chunk_cols, start, cols, SHIFT)
-        if PACKED:
-            ms, ds, seen = _exchange_packed(part_ptr, row64, chunk, m_c, d_c, lanes, lane_ok,
-                                            SPLIT, MAX_SPIN, POLL_IN_ASM or STAGES > 1,
-                                            POLL_LOADS)
-        else:
-            ms, ds, seen = _exchange_counted(part_ptr, count_ptr, row64, chunk, m_c, d_c,
-                                             lanes, lane_ok, SPLIT, MAX_SPIN)
-        _split_finish(y_ptr, start, cols, where, e, xe, m_c, ms, ds, seen, lane_ok, SPLIT,
-                      NAN_IF_EMPTY, SHIFT)
+    else:
+        for row in tl.range(group, n_rows, n_groups, num_stages=STAGES):
+            row64 = row.to(tl.int64)
+            e, xe, m_c, d_c, where = _split_part(x_ptr, row64, n_cols, stride_xm, stride_ym,
+                                                 chunk, chunk_cols, start, cols, SHIFT)
+            if PACKED:
+                ms, ds, seen = _exchange_packed(part_ptr, row64, chunk, m_c, d_c, lanes, lane_ok,
+                                                SPLIT, MAX_SPIN, POLL_IN_ASM or STAGES > 1,
+                                                POLL_LOADS)
+            else:
+                ms, ds, seen = _exchange_counted(part_ptr, count_ptr, row64, chunk, m_c, d_c,
+                                                 lanes, lane_ok, SPLIT, MAX_SPIN)
+            _split_finish(y_ptr, start, cols, where, e, xe, m_c, ms, ds, seen, lane_ok, SPLIT,
+                          NAN_IF_EMPTY, SHIFT)
 
 
 @triton.jit
