@@ -730,11 +730,7 @@ def _split_rows_ahead(x_ptr, y_ptr, part_ptr, n_rows, n_cols, stride_xm, stride_
                                     POLL_LOADS)
         _x_base, y_base, first, v_lo, v_hi, col_ok = _split_where(
             row64, n_cols, stride_xm, stride_ym, chunk_cols, start, cols, SHIFT)
-        if SHIFT > 1:
-            ke, oke = _split_loose(first, v_lo, v_hi, n_cols, chunk, SHIFT)
-        else:  # no loose elements (unused)
-            ke = tl.zeros([2], tl.int64)
-            oke = ke > 0
+        ke, oke = _split_loose(first, v_lo, v_hi, n_cols, chunk, SHIFT)
         _split_finish(y_ptr, start, cols, (y_base, col_ok, ke, oke), e, xe, m_c, ms, ds, seen,
                       lane_ok, SPLIT, NAN_IF_EMPTY, SHIFT)
         # 3. The next row's part becomes this row's.
@@ -759,11 +755,17 @@ def _split_where(row64, n_cols, stride_xm, stride_ym, chunk_cols, start, cols,
 @triton.jit
 def _split_loose(first, v_lo, v_hi, n_cols, chunk, SHIFT: tl.constexpr, row_ok=None):
     """The row's loose elements (SHIFT > 1; chunk 0 owns them): their window columns ke and
-    mask oke (see _loose_columns), all masked where ``row_ok`` (if given) is false."""
-    ke, oke = _loose_columns(tl.arange(0, 2 * SHIFT), first, v_lo, v_hi, first + n_cols, SHIFT)
-    oke = oke & (chunk == 0)
-    if row_ok is not None:
-        oke = oke & row_ok
+    mask oke (see _loose_columns), all masked where ``row_ok`` (if given) is false. With
+    SHIFT = 1 there are none: two unused slots, masked."""
+    if SHIFT > 1:
+        ke, oke = _loose_columns(tl.arange(0, 2 * SHIFT), first, v_lo, v_hi, first + n_cols,
+                                 SHIFT)
+        oke = oke & (chunk == 0)
+        if row_ok is not None:
+            oke = oke & row_ok
+    else:
+        ke = tl.zeros([2], tl.int64)
+        oke = ke > 0
     return ke, oke
 
 
@@ -780,17 +782,15 @@ def _split_part(x_ptr, row64, n_cols, stride_xm, stride_ym, chunk, chunk_cols, s
     # The chunk is read once and stays in registers until it is written.
     x = tl.load(x_ptr + (x_base + start) + cols, mask=col_ok, other=NEG_INF,
                 eviction_policy="evict_first")
+    ke, oke = _split_loose(first, v_lo, v_hi, n_cols, chunk, SHIFT, row_ok)
     if SHIFT > 1:
         # The loose elements, loaded with the chunk rather than after its max: chunk 0 is
         # on every row's critical path, and a second round trip there delays all SPLIT.
         # (Loaded a row ahead instead, in registers across the wait, they cost bf16 rows in
         # chunks of 4096 6-12% of copy bandwidth on the H200, and gained nothing elsewhere.)
-        ke, oke = _split_loose(first, v_lo, v_hi, n_cols, chunk, SHIFT, row_ok)
         xe = tl.load(x_ptr + x_base + ke, mask=oke, other=NEG_INF).to(tl.float32)
-    else:  # no loose elements (unused)
-        ke = tl.zeros([2], tl.int64)
-        oke = ke > 0
-        xe = tl.full([2], NEG_INF, tl.float32)
+    else:
+        xe = tl.full([2], NEG_INF, tl.float32)  # no loose elements (unused)
     x = x.to(tl.float32)  # widen once
     # This chunk's (m_c, d_c), exactly as in kernel 1 (chunk 0 with the loose elements).
     m_c = tl.max(x, axis=0)
