@@ -152,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
             if r["path"] == "split":
                 launch = f"{o['SPLIT']} x {o['CHUNK']}"
                 exchange = str(SplitExchange(o["PACKED"], o["STAGES"], o["POLL_IN_ASM"],
-                                             o["POLL_LOADS"], o["LANES"]))
+                                             o["POLL_LOADS"], o["LANES"], o["AHEAD"]))
             else:
                 launch = (f"on chip {o['CHUNKS']} x {o['BLOCK_N']}"
                           + (f" + {o['TAIL']}" if o["TAIL"] else ""))

@@ -801,11 +801,11 @@ def test_the_exchange_a_row_ahead_compiles_without_spills_in_its_bench_shapes():
     # in 2 warps: 564 bytes), so the bench times it in shapes of half the part per thread.
     # The kernel path cannot run on a CPU (its programs wait for each other); this is what a
     # machine without a GPU can check of it: it compiles for sm_90a, takes AHEAD, fits.
-    tuning = ('{"split_exchange_ahead": true, "split_chunk": 4096, "split_warps": 4, '
-              '"split_programs_per_sm": 5, "split_packed": true, "split_stages": 3, '
-              '"split_poll_loads": true}')
-    rows = _split_ptxas("--dtypes", "bfloat16", "--ns", "21000,131072", "--path", "split",
-                        "--tuning", tuning)
+    import json
+
+    kw = dict(_bench_variants()(21000, 2))["split ahead c4096 w4 x5"]  # the bench's launch
+    rows = _split_ptxas("--dtypes", "bfloat16", "--ns", "21000,131072", "--path", kw["path"],
+                        "--tuning", json.dumps(kw["tuning"]))
     assert [r["options"]["AHEAD"] for r in rows] == [True, True]
     assert all(r["spill_bytes"] == 0 and r["registers"] <= 96 for r in rows), rows
     shipped = _split_ptxas("--dtypes", "bfloat16", "--ns", "21000")[0]
