@@ -297,8 +297,9 @@ def test_rows_of_4k_to_262k_split_where_on_chip_pads_or_windows_lose():
     assert launch(12289, windowed=True) == ("split", 4096, 4, 2)
     assert launch(30001, windowed=True) == ("split", 4096, 8, 2)
     assert launch(40001, windowed=True) == ("split", 8192, 5, 4)
-    # aligned rows of that length: in chunks of 8192 up to 40,960, on chip past it
-    assert launch(40000) == ("split", 8192, 5, 4)
+    # aligned rows of that length: in chunks of 2048 up to 40,960 (the exchange a row
+    # ahead), on chip past it
+    assert launch(40000) == ("split", 2048, 20, 2)
     assert launch(45000)[0] == "on_chip"
     assert launch(100001, windowed=True) == ("split", 8192, 13, 4)  # 49k-262k: chunks of 8192
     assert launch(300001, windowed=True) == ("split", 8192, 37, 4)
@@ -499,20 +500,28 @@ def test_long_rows_split_on_the_gpu_stream_under_the_interpreter():
         return p.block, p.split, bool(tuned(n, itemsize, "auto", None)["split_packed"])
 
     assert split(65536, 4) == (8192, 8, True)
-    assert split(262144, 4) == (8192, 32, True)
-    assert split(1 << 21, 4) == (8192, 256, True)
-    assert split(49153, 2) == (8192, 7, True)
-    assert split(131072, 2) == (8192, 16, True)
+    assert split(131072, 4) == (8192, 16, True)
+    assert split(262144, 4) == (4096, 64, True)  # past 131,072 the exchange a row ahead
+    assert split(1 << 21, 4) == (4096, 512, True)
+    assert split(49153, 2) == (2048, 25, True)
+    assert split(131072, 2) == (4096, 32, True)
     assert split(262145, 2) == (8192, 33, True)
     assert tuned(262144, 2, "auto", None)["split_warps"] == 4  # five 4-warp programs per SM
-    # 16-bit rows: four programs per SM up to 131,072, five past it; aligned rows of
-    # 32,769-40,960 split too (3 chunks of 16,384 on chip would pad them by 20% or more),
-    # up to 35,840 in chunks of 4096 ten per SM, longer ones up to 49,152 stay on chip
-    for n, chunk, per_sm in ((32769, 4096, 10), (35840, 4096, 10), (35841, 8192, 4),
-                             (40960, 8192, 4), (49153, 8192, 4), (131072, 8192, 4),
-                             (131073, 8192, 5), (262144, 8192, 5), (262145, 8192, 5)):
+    # 16-bit rows: aligned rows of 32,769-40,960 split too (3 chunks of 16,384 on chip would
+    # pad them by 20% or more), up to 35,840 in chunks of 4096 ten per SM, longer ones up to
+    # 49,152 stay on chip; 35,841-131,072 with the exchange a row ahead (chunks of 2048 ten
+    # per SM up to 65,536, of 4096 five per SM past it), then chunks of 8192 five per SM
+    for n, chunk, per_sm, ahead in (
+            (32769, 4096, 10, False), (35840, 4096, 10, False), (35841, 2048, 10, True),
+            (40960, 2048, 10, True), (49153, 2048, 10, True), (65536, 2048, 10, True),
+            (65537, 4096, 5, True), (131072, 4096, 5, True), (131073, 8192, 5, False),
+            (262144, 8192, 5, False), (262145, 8192, 5, False)):
+        t = tuned(n, 2, "auto", None)
         assert split(n, 2)[0] == chunk, n
-        assert tuned(n, 2, "auto", None)["split_programs_per_sm"] == per_sm, n
+        assert (t["split_programs_per_sm"], t["split_exchange_ahead"]) == (per_sm, ahead), n
+    # fp32: the exchange a row ahead past 131,072 only
+    assert [tuned(n, 4, "auto", None)["split_exchange_ahead"] for n in (131072, 131073)] == [
+        False, True]
     assert sm.plan(40961, itemsize=2, interpreted=False).path == "on_chip"
     assert sm.plan(32768, itemsize=2, interpreted=False).path == "on_chip"
     # the poll in PTX with relaxed loads, the row loop pipelined: fp32 rows in 2 stages,
@@ -521,7 +530,7 @@ def test_long_rows_split_on_the_gpu_stream_under_the_interpreter():
     knobs = ("split_stages", "split_chunk", "split_poll_loads")
     for n, itemsize, windowed, want in (
             (49153, 4, False, (2, 8192, True)), (1 << 21, 4, True, (2, 8192, True)),
-            (49153, 2, False, (3, 8192, True)), (49153, 2, True, (3, 8192, True)),
+            (49153, 2, False, (3, 2048, True)), (49153, 2, True, (3, 8192, True)),
             (262144, 2, True, (3, 8192, True)), (262145, 2, True, (1, 8192, True)),
             (1 << 21, 2, False, (3, 8192, True))):
         t = tuned(n, itemsize, "auto", None, windowed)
@@ -734,7 +743,8 @@ def _hard_rows(n: int, dtype) -> torch.Tensor:
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("n", [1000, 4096, 5001, 9000, 12289, 17000, 18000, 20001, 21000, 24576,
                                32768, 32769, 33000, 34000, 36000, 40001,
-                               50257, 65536, 65537, 131072 + 3, 151936, 262137, 300_000,
+                               50257, 52008, 65536, 65537, 98304, 131072 + 3, 151936, 262137,
+                               262144, 300_000,
                                (1 << 20) + 3])
 def test_gpu_long_rows_every_path(dtype, n):
     t = _hard_rows(n, dtype)
@@ -793,7 +803,9 @@ def test_the_exchange_a_row_ahead_needs_the_packed_word_and_polls_in_ptx():
     assert ex.ahead and ex.packed and ex.poll_in_asm and str(ex).endswith(" ahead")
     counted = sp.split_exchange({**ahead, "split_packed": False}, 8)
     assert not counted.ahead and str(counted) == "counter l32"
-    assert not sp.split_exchange(sp._tuning(65536, 2, "auto", None), 8).ahead  # off: a candidate
+    assert not sp.TUNING["split_exchange_ahead"]  # off, but where PLAN_TABLE turns it on
+    assert sp.split_exchange(sp._tuning(65536, 2, "auto", None), 32).ahead
+    assert not sp.split_exchange(sp._tuning(65537, 2, "auto", None, windowed=True), 9).ahead
 
 
 def test_the_exchange_a_row_ahead_compiles_without_spills_in_its_bench_shapes():
@@ -816,8 +828,8 @@ def test_the_exchange_a_row_ahead_compiles_without_spills_in_its_bench_shapes():
     (20488, 6, 3424),  # 5 x 4096 and 8: 3414.7 rounded up to 16
     (21000, 6, 3504),  # 5 x 4096 and 520: 3500 rounded up to 16
     (33000, 9, 3680),  # 8 x 4096 and 232: 3666.7 rounded up to 16
-    (36000, 5, 7200),  # 4 x 8192 and 3232: 7200, already whole vectors
-    (65536, 8, 8192),  # whole chunks already
+    (36000, 18, 2048),  # 17 x 2048 and 1184: 2000 each shortens 2048 by 2%: whole chunks
+    (65536, 32, 2048),  # whole chunks already
     (151936, 19, 8192),  # 8000 each would shorten 8192 by 2%: whole chunks
     (262145, 33, 8192),  # 7952 each, 3%: whole chunks
 ])
@@ -1016,8 +1028,20 @@ def test_the_shipped_split_launches_do_not_spill():
     # Split rows are latency-bound: a spill under the register cap cost bf16 131,072 a fifth
     # of its bandwidth on the H200. Every shipped exchange: pipelined in 3 stages (16-bit) or
     # 2 (fp32), windows, 32 and 128 lanes.
-    rows = _split_ptxas("--dtypes", "bfloat16,float16,float32", "--ns", "65536,100001,1048576")
+    rows = _split_ptxas("--dtypes", "bfloat16,float16,float32", "--ns", "65536,100001,262144")
     assert len(rows) == 9
+    # The exchange a row ahead (two parts live across the wait) where PLAN_TABLE runs it:
+    # 16-bit 65,536 (above), 98,304, fp32 262,144 (above); not on windows (odd N, or bf16
+    # 36,008: rows off a 32-byte sector), which take their row's window knobs. (fp32 rows of
+    # 524,288 and 1,048,576, 128 and 256 lanes, spill 4 and 8 bytes under triton 3.9: see
+    # test_the_longest_fp32_rows_spill_at_most_a_word_a_row_ahead.)
+    ahead = _split_ptxas("--dtypes", "bfloat16", "--ns", "36000,98304,36008")
+    assert [(r["options"]["AHEAD"], r["options"]["CHUNK"], r["options"]["SHIFT"] > 1)
+            for r in ahead] == [(True, 2048, False), (True, 4096, False), (False, 8192, True)]
+    assert [(r["dtype"], r["options"]["AHEAD"]) for r in rows if r["n"] != 100001] == [
+        ("bfloat16", True), ("bfloat16", False), ("float16", True), ("float16", False),
+        ("float32", False), ("float32", True)]
+    rows += ahead
     # 16-bit rows of 8k-262k in chunks of 4096: 2 warps (aligned 22,000, windows 12,289 and
     # 30,001; windows of 20,001 spill 36 bytes under triton 3.9, none under 3.6), 4 warps
     # (windows of 33,001), and 8192 in 4 warps (windows of 40,001 and 262,137)
@@ -1031,6 +1055,16 @@ def test_the_shipped_split_launches_do_not_spill():
         assert r["options"]["POLL_IN_ASM"] and r["options"]["PACKED"], r["options"]
         assert r["registers"] <= r["options"]["maxnreg"], r
         assert r["spill_bytes"] == 0, (r["dtype"], r["n"], r["options"], r["spill_bytes"])
+
+
+def test_the_longest_fp32_rows_spill_at_most_a_word_a_row_ahead():
+    # fp32 rows of 512k-1M with the exchange a row ahead merge 128 or 256 lanes and spill a
+    # word or two under triton 3.9; on the H200 (triton 3.6) they ran at 94% and 91% of copy
+    # (82-86% without it). A larger spill there is a regression to look at.
+    rows = _split_ptxas("--dtypes", "float32", "--ns", "524288,1048576")
+    assert [(r["options"]["AHEAD"], r["options"]["LANES"]) for r in rows] == [
+        (True, 128), (True, 256)]
+    assert all(r["spill_bytes"] <= 8 for r in rows), [r["spill_bytes"] for r in rows]
 
 
 def test_the_shipped_tails_load_whole_vectors_without_a_relayout():

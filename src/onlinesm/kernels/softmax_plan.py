@@ -95,10 +95,13 @@ TUNING: dict[str, Any] = {
     # windows of 16 for odd and off-sector rows of 16k-100k in every dtype). 16: one vector,
     # only where a row starts off the vector.
     "split_window_bytes": 128,
-    # (Candidate, off until measured on a GPU.) Each split program reads its part of row r + 1
-    # and publishes that part's (m, d) before it waits for row r's: the wait that bounds split
-    # rows (Nsight Compute: latency) then finds the other parts of row r published a whole part
-    # earlier. Two parts are live in registers across the wait (packed exchange only).
+    # Each split program reads its part of row r + 1 and publishes that part's (m, d) before
+    # it waits for row r's: the wait that bounds split rows (Nsight Compute: latency) then
+    # finds the other parts of row r published a whole part earlier. Two parts are live in
+    # registers across the wait (packed exchange only), so it runs in half the part per
+    # thread. PLAN_TABLE turns it on for aligned 16-bit rows of 36k-131k and fp32 rows past
+    # 131k (H200, medians of 3: bf16 52,000 91% of copy against 87%, fp32 524,288 94%
+    # against 86%); windows lost with it and keep it off.
     "split_exchange_ahead": False,
     # Knobs over the PLAN_TABLE row's for rows handled as aligned windows (odd N, up to 7
     # loose elements at each end): the windowed kernels load and spill differently, so a
@@ -200,6 +203,18 @@ TUNING: dict[str, Any] = {
 #: 16-bit rows of 32,769-35,840 in chunks of 4096 (2 warps, ten per SM) instead of 8192 four
 #: per SM (one run, % of copy, bf16 / fp16): 33,000 84.9 / 85.5 against 82.1 / 82.2, 34,000
 #: 88.3 / 89.4 against 85.2 / 86.7, 34,816 91.0 / 90.1 against 88.3 / 87.8; at 36,000 level.
+#: The exchange a row ahead (split_exchange_ahead) for split rows the kernel reads unwindowed
+#: (medians of 3, % of copy, against the previous plan in the same runs): bf16 36,000 / 40,000
+#: / 52,000 / 65,536 in chunks of 2048 (2 warps, ten per SM) 92.0 / 92.2 / 91.1 / 93.2 against
+#: 87.9 / 90.9 / 87.1 / 90.9 (chunks of 8192 four per SM); 81,920 / 98,304 / 131,072 in chunks
+#: of 4096 (4 warps, five per SM) 91.5 / 92.3 / 90.8 against 89.8 / 90.3 / 90.2; fp16 the same
+#: within a point; fp32 196,608 / 262,144 / 393,216 / 524,288 / 1,048,576 in chunks of 4096
+#: 92.5 / 92.7 / 92.7 / 94.2 / 90.8 against 91.3 / 89.8 / 87.1 / 85.5 / 82.2, level at 52k-131k.
+#: It lost on windows (bf16 33,000 / 36,008 / 100,001: 77 / 75 / 75% against 87 / 89 / 89%)
+#: and on bf16 rows past 262,144 but 524,288 (262,144 / 393,216 / 1,048,576: 86 / 80 / 69%
+#: against 89 / 87 / 78%). Rows off a 32-byte sector (read as windows) in those ranges take
+#: the windows' knobs, chunks of 8192 five per SM: bf16 36,008 / 52,008 at 88.8 / 88.6%
+#: against 83.8 / 84.1% with the aligned rows' four per SM.
 #: Rows just past a power of two on chip as that block and a smaller power-of-two tail (widened
 #: to one 16-byte vector per thread), instead of split in small chunks or padded (one run, % of
 #: copy): bf16 / fp16 17,000 / 18,000 / 20,000 at 90.0 / 94.0 / 97.6% and 91.2 / 94.8 / 97.8%
@@ -241,7 +256,21 @@ _SPLIT_16_8K = dict(_SPLIT_16_BIT, split_chunk=8192, split_warps=4)
 # bench/split_ptxas.py; tests/test_kernel_softmax.py checks it) and ran 3-9 points of
 # copy bandwidth ahead of chunks of 4096 (H200, bf16, medians of 3: 40,001 92% against 87%,
 # 100,001 88% against 84%, 262,137 85% against 76%)
-_SPLIT_16_8K_WINDOWS = dict(_SPLIT_16_8K, split_programs_per_sm=5)
+_SPLIT_16_8K_WINDOWS = dict(_SPLIT_16_8K, split_programs_per_sm=5, split_exchange_ahead=False)
+# The exchange a row ahead (split_exchange_ahead: two parts live across the wait, so half the
+# part per thread): aligned 16-bit rows of 35,841-65,536 in chunks of 2048 in 2 warps, ten
+# per SM, of 65,537-131,072 in chunks of 4096 in 4 warps, five per SM; fp32 rows past
+# 131,072 in the second shape. Rows the split kernel reads as windows (odd N, or rows off a
+# 32-byte sector) lost with it (bf16 33,000: 77% of copy against 87%, 100,001 66-75% against
+# 89%) and take the row's window knobs instead (the launcher: _launch_plan).
+_AHEAD = dict(split_exchange_ahead=True, split_packed=True, split_stages=3,
+              split_poll_loads=True)
+_SPLIT_16_AHEAD_2K = dict(_SPLIT_16_BIT, **_AHEAD, split_chunk=2048, split_warps=2,
+                          split_programs_per_sm=10)
+_SPLIT_16_AHEAD_4K = dict(_SPLIT_16_BIT, **_AHEAD, split_chunk=4096, split_warps=4,
+                          split_programs_per_sm=5)
+_SPLIT_FP32_AHEAD = dict(_SPLIT_FP32_LONG, **_AHEAD, split_chunk=4096, split_programs_per_sm=5,
+                         window_overrides=dict(_SPLIT_FP32_LONG, split_exchange_ahead=False))
 # 16-bit windows of 8k-32k: split in small chunks (the ones up to 8192 stay on chip)
 _WINDOWS_16_SMALL = dict(window_overrides=dict(_SPLIT_16_SMALL, max_on_chip=8192))
 PLAN_TABLE: list[tuple[int, int, int, dict[str, Any]]] = [
@@ -266,7 +295,9 @@ PLAN_TABLE: list[tuple[int, int, int, dict[str, Any]]] = [
     # Long rows split across programs exchanging (m, d) as one self-flagging word polled in
     # one PTX loop with relaxed loads, the row loop pipelined in 2 stages: chunks of 8192 in
     # 4 warps, four programs per SM (registers capped at 128), windows too.
-    (4, 49152, 1 << 21, _SPLIT_FP32_LONG),
+    (4, 49152, 131072, _SPLIT_FP32_LONG),
+    # ... past 131,072 with the exchange a row ahead, in chunks of 4096 five per SM
+    (4, 131072, 1 << 21, _SPLIT_FP32_AHEAD),
     # rows up to 65 (window width n + 7) as windows; in a layout that cannot take them,
     # 512 elements per program (bf16 33 / 63: 33% / 59% of copy against 16% / 30% at 4096)
     (2, 0, 72, dict(chip_windows_packed=True, unaligned_elems_per_program=512)),
@@ -287,21 +318,22 @@ PLAN_TABLE: list[tuple[int, int, int, dict[str, Any]]] = [
                            **_WINDOWS_16_SMALL)),
     (2, 24576, 32768, dict(elems_per_thread=64, **_WINDOWS_16_SMALL)),
     # Long rows split across programs exchanging (m, d) as one self-flagging word polled in
-    # one PTX loop with relaxed loads: 8192 elements in 4 warps, four programs per SM up to
-    # 131,072 and five past it, the row loop pipelined in 3 stages (the next row's chunk
-    # copied into shared memory while this row waits). From 32,769 to 40,960 too, which 3
-    # chunks of 16,384 on chip pad by 20% or more; the rows of 40,961-49,152 stay on chip.
+    # one PTX loop with relaxed loads, the row loop pipelined in 3 stages (the next row's
+    # chunk copied into shared memory while this row waits). Up to 131,072 with the exchange
+    # a row ahead: chunks of 2048 in 2 warps, ten per SM, up to 65,536, of 4096 in 4 warps,
+    # five per SM, past it; then 8192 elements in 4 warps, five per SM. From 32,769 to 40,960
+    # too, which 3 chunks of 16,384 on chip pad by 20% or more; the rows of 40,961-49,152 stay
+    # on chip.
     # Windows (odd N) of 35,841-262,144 in chunks of 8192 five per SM, past it in one stage;
     # those of 32,769-35,840 in chunks of 4096 eight per SM. Just past 32,768 five parts of
     # 8192 leave each program a short part and a whole program group to pay for: chunks of
     # 4096 (two warps, ten per SM) up to 35,840.
     (2, 32768, 35840, dict(_SPLIT_16_SMALL, window_overrides=_SPLIT_16_WINDOWS)),
-    (2, 35840, 40960, dict(_SPLIT_16_8K, split_programs_per_sm=4,
-                           window_overrides=_SPLIT_16_8K_WINDOWS)),
+    (2, 35840, 40960, dict(_SPLIT_16_AHEAD_2K, window_overrides=_SPLIT_16_8K_WINDOWS)),
     (2, 40960, 49152, dict(max_on_chip=49152, chip_chunked=True, chunk_elems_per_thread=128,
                            window_overrides=dict(_SPLIT_16_8K_WINDOWS, max_on_chip=32768))),
-    (2, 49152, 131072, dict(_SPLIT_16_8K, split_programs_per_sm=4,
-                            window_overrides=_SPLIT_16_8K_WINDOWS)),
+    (2, 49152, 65536, dict(_SPLIT_16_AHEAD_2K, window_overrides=_SPLIT_16_8K_WINDOWS)),
+    (2, 65536, 131072, dict(_SPLIT_16_AHEAD_4K, window_overrides=_SPLIT_16_8K_WINDOWS)),
     (2, 131072, 262144, dict(_SPLIT_16_8K, split_programs_per_sm=5,
                              window_overrides=_SPLIT_16_8K_WINDOWS)),
     (2, 262144, 1 << 21, dict(_SPLIT_16_8K, split_programs_per_sm=5,
