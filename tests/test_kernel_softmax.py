@@ -275,8 +275,9 @@ def test_short_rows_off_the_vector_boundary_take_smaller_programs():
 
 
 def test_rows_of_4k_to_262k_split_where_on_chip_pads_or_windows_lose():
-    """PLAN_TABLE: 16-bit rows that 3 chunks of 8192 would pad by 4% or more, and windows
-    (odd N, width n + 7) of 8k-32k, split in chunks of 4096 in 2 warps, ten per SM; windows
+    """PLAN_TABLE: 16-bit rows that 3 chunks of 8192 would pad by 4% or more split in chunks
+    of 2048 in 2 warps, ten per SM, with the exchange a row ahead; windows (odd N, width
+    n + 7) of 8k-32k in chunks of 4096 in 2 warps, ten per SM; windows
     of 32k-36k in chunks of 4096 in 4 warps, of 36k-262k in chunks of 8192, pipelined; fp32
     windows of 4k-6k and 8k-32k in small chunks; the rest as before."""
     def launch(n: int, windowed: bool = False, itemsize: int = 2) -> tuple:
@@ -285,8 +286,9 @@ def test_rows_of_4k_to_262k_split_where_on_chip_pads_or_windows_lose():
         p = sp.plan(width, itemsize=itemsize, interpreted=False, windowed=windowed)
         return p.path, p.block, p.split, p.num_warps
 
-    assert launch(20481) == ("split", 4096, 6, 2)
-    assert launch(23552) == ("split", 4096, 6, 2)
+    assert launch(20481) == ("split", 2048, 11, 2)
+    assert launch(23552) == ("split", 2048, 12, 2)
+    assert launch(20481, windowed=True) == ("split", 4096, 6, 2)
     assert launch(16384)[0] == launch(23553)[0] == launch(24576)[0] == "on_chip"
     # ... but aligned rows of 16,385-20,480 on chip as 16,384 and a tail of 4096, windows
     # of that width split
@@ -512,7 +514,7 @@ def test_long_rows_split_on_the_gpu_stream_under_the_interpreter():
     # 49,152 stay on chip; 35,841-131,072 with the exchange a row ahead (chunks of 2048 ten
     # per SM up to 65,536, of 4096 five per SM past it), then chunks of 8192 five per SM
     for n, chunk, per_sm, ahead in (
-            (32769, 4096, 10, False), (35840, 4096, 10, False), (35841, 2048, 10, True),
+            (32769, 2048, 10, True), (35840, 2048, 10, True), (35841, 2048, 10, True),
             (40960, 2048, 10, True), (49153, 2048, 10, True), (65536, 2048, 10, True),
             (65537, 4096, 5, True), (131072, 4096, 5, True), (131073, 8192, 5, False),
             (262144, 8192, 5, False), (262145, 8192, 5, False)):
@@ -825,9 +827,9 @@ def test_the_exchange_a_row_ahead_compiles_without_spills_in_its_bench_shapes():
 
 
 @pytest.mark.parametrize("width, parts, want", [
-    (20488, 6, 3424),  # 5 x 4096 and 8: 3414.7 rounded up to 16
-    (21000, 6, 3504),  # 5 x 4096 and 520: 3500 rounded up to 16
-    (33000, 9, 3680),  # 8 x 4096 and 232: 3666.7 rounded up to 16
+    (20488, 11, 1872),  # 10 x 2048 and 8: 1862.5 rounded up to 16
+    (21000, 11, 1920),  # 10 x 2048 and 520: 1909.1 rounded up to 16
+    (33000, 17, 2048),  # 1941.2 each would shorten 2048 by 5%: whole chunks
     (36000, 18, 2048),  # 17 x 2048 and 1184: 2000 each shortens 2048 by 2%: whole chunks
     (65536, 32, 2048),  # whole chunks already
     (151936, 19, 8192),  # 8000 each would shorten 8192 by 2%: whole chunks
@@ -1035,17 +1037,18 @@ def test_the_shipped_split_launches_do_not_spill():
     # 36,008: rows off a 32-byte sector), which take their row's window knobs. (fp32 rows of
     # 524,288 and 1,048,576, 128 and 256 lanes, spill 4 and 8 bytes under triton 3.9: see
     # test_the_longest_fp32_rows_spill_at_most_a_word_a_row_ahead.)
-    ahead = _split_ptxas("--dtypes", "bfloat16", "--ns", "36000,98304,36008")
+    ahead = _split_ptxas("--dtypes", "bfloat16", "--ns", "22000,33024,36000,98304,33000,36008")
     assert [(r["options"]["AHEAD"], r["options"]["CHUNK"], r["options"]["SHIFT"] > 1)
-            for r in ahead] == [(True, 2048, False), (True, 4096, False), (False, 8192, True)]
+            for r in ahead] == [(True, 2048, False), (True, 2048, False), (True, 2048, False),
+                                (True, 4096, False), (False, 4096, True), (False, 8192, True)]
     assert [(r["dtype"], r["options"]["AHEAD"]) for r in rows if r["n"] != 100001] == [
         ("bfloat16", True), ("bfloat16", False), ("float16", True), ("float16", False),
         ("float32", False), ("float32", True)]
     rows += ahead
-    # 16-bit rows of 8k-262k in chunks of 4096: 2 warps (aligned 22,000, windows 12,289 and
+    # 16-bit rows of 8k-262k in chunks of 4096: 2 warps (off-sector 21,000, windows 12,289 and
     # 30,001; windows of 20,001 spill 36 bytes under triton 3.9, none under 3.6), 4 warps
     # (windows of 33,001), and 8192 in 4 warps (windows of 40,001 and 262,137)
-    small = _split_ptxas("--dtypes", "bfloat16", "--ns", "12289,22000,30001,33001,40001,262137")
+    small = _split_ptxas("--dtypes", "bfloat16", "--ns", "12289,21000,30001,33001,40001,262137")
     assert [(r["options"]["CHUNK"], r["options"]["num_warps"]) for r in small] == [
         (4096, 2), (4096, 2), (4096, 2), (4096, 4), (8192, 4), (8192, 4)]
     rows += small

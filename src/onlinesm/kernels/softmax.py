@@ -878,13 +878,14 @@ def _launch_plan(x2: torch.Tensor, y2: torch.Tensor, path: str, max_on_chip: int
         # 32-byte sector (see _shift), if the plan's parts still cover the wider window.
         wide = _shift(itemsize, align, x2, y2, int(t["split_window_bytes"]))
         if wide > shift and p.split * p.block >= n_cols + wide - 1:
-            shift = wide
-            if t["split_exchange_ahead"]:
-                # The exchange a row ahead lost on windows (H200, bf16 33,000: 77% of copy
-                # against 87%): rows read as windows take their PLAN_TABLE row's window knobs.
-                t = _tuning(n_cols + shift - 1, itemsize, path, tuning, windowed=True)
-                p = plan(n_cols + shift - 1, path="split", tile=tile, tuning=t,
+            if shift == 1 and t["off_sector_overrides"]:
+                # Aligned rows off a 32-byte sector, read as windows: their PLAN_TABLE row's
+                # knobs for them (the exchange a row ahead lost on windows: H200, bf16 33,000
+                # 77% of copy against 87%), then the caller's.
+                t = {**t, **t["off_sector_overrides"], **(tuning or {})}
+                p = plan(n_cols + wide - 1, path="split", tile=tile, tuning=t,
                          itemsize=itemsize, interpreted=INTERPRETED)
+            shift = wide
     if shift > 1 and p.path == "stream" and not _window_fits(x2, shift):
         # The last row's end vector could reach past the memory x owns: element by element.
         shift = 1

@@ -107,6 +107,11 @@ TUNING: dict[str, Any] = {
     # loose elements at each end): the windowed kernels load and spill differently, so a
     # window can take another path or launch than an aligned row of its length (PLAN_TABLE).
     "window_overrides": {},
+    # Knobs over the PLAN_TABLE row's for aligned rows that start off a 32-byte sector (16-bit
+    # N an odd multiple of 8, fp32 an odd multiple of 4), which the split kernel reads as
+    # windows of split_window_bytes (the launcher: _launch_plan): where a row splits with the
+    # exchange a row ahead, which lost on windows, they keep the launch they ran before.
+    "off_sector_overrides": {},
     # Candidates for the H200 sweep (off by default until measured; bench/softmax.py --tune):
     "chip_chunked": False,  # cover a row by 3 power-of-two chunks when that pads less
     # cover a row by a power-of-two block and a smaller power-of-two tail when that pads less
@@ -214,7 +219,14 @@ TUNING: dict[str, Any] = {
 #: and on bf16 rows past 262,144 but 524,288 (262,144 / 393,216 / 1,048,576: 86 / 80 / 69%
 #: against 89 / 87 / 78%). Rows off a 32-byte sector (read as windows) in those ranges take
 #: the windows' knobs, chunks of 8192 five per SM: bf16 36,008 / 52,008 at 88.8 / 88.6%
-#: against 83.8 / 84.1% with the aligned rows' four per SM.
+#: against 83.8 / 84.1% with the aligned rows' four per SM. Aligned bf16 rows of
+#: 20,481-23,552 and 32,769-35,840 in chunks of 2048 with it instead of 4096 without:
+#: 20,992 / 22,016 / 23,040 / 33,024 / 34,816 at 93.0 / 94.0 / 92.2 / 93.7 / 93.3% against
+#: 88.4 / 88.5 / 90.3 / 89.8 / 90.0%; rows off a sector there keep chunks of 4096 ten per SM
+#: (33,000 / 34,008 at 87.2 / 88.1% against 84.7 / 85.8% in the windows' eight per SM). fp32
+#: rows of 52k-131k in chunks of 2048 with it: 52,000 / 65,536 / 98,304 / 131,072 at 92.5 /
+#: 90.9 / 93.2 / 92.9% against 90.6 / 90.2 / 92.2 / 91.6% (not taken yet: that launch has
+#: not run on the GPU tests' hard rows in fp32).
 #: Rows just past a power of two on chip as that block and a smaller power-of-two tail (widened
 #: to one 16-byte vector per thread), instead of split in small chunks or padded (one run, % of
 #: copy): bf16 / fp16 17,000 / 18,000 / 20,000 at 90.0 / 94.0 / 97.6% and 91.2 / 94.8 / 97.8%
@@ -241,9 +253,10 @@ _SPLIT_FP32_SMALL = dict(split_packed=True, split_stages=3, split_poll_loads=Tru
 _WINDOWS_FP32_SMALL = dict(_SPLIT_FP32_SMALL, split_chunk=2048, split_programs_per_sm=12,
                            max_on_chip=8192)
 _SPLIT_FP32_LONG = dict(split_packed=True, split_chunk=8192, split_warps=4,
-                        split_programs_per_sm=4, split_stages=2, split_poll_loads=True)
+                        split_programs_per_sm=4, split_stages=2, split_poll_loads=True,
+                        split_exchange_ahead=False)
 _SPLIT_16_BIT = dict(split_itemsizes=(2, 4), split_packed=True, split_stages=3,
-                     split_poll_asm=True, split_poll_loads=True)
+                     split_poll_asm=True, split_poll_loads=True, split_exchange_ahead=False)
 # chunks of 4096 in 2 warps, ten programs per SM (registers capped at 96)
 _SPLIT_16_SMALL = dict(_SPLIT_16_BIT, split_chunk=4096, split_warps=2, split_programs_per_sm=10)
 # chunks of 4096 in 4 warps, eight per SM (capped at 64): pipelined windows that do not spill
@@ -256,13 +269,13 @@ _SPLIT_16_8K = dict(_SPLIT_16_BIT, split_chunk=8192, split_warps=4)
 # bench/split_ptxas.py; tests/test_kernel_softmax.py checks it) and ran 3-9 points of
 # copy bandwidth ahead of chunks of 4096 (H200, bf16, medians of 3: 40,001 92% against 87%,
 # 100,001 88% against 84%, 262,137 85% against 76%)
-_SPLIT_16_8K_WINDOWS = dict(_SPLIT_16_8K, split_programs_per_sm=5, split_exchange_ahead=False)
+_SPLIT_16_8K_WINDOWS = dict(_SPLIT_16_8K, split_programs_per_sm=5)
 # The exchange a row ahead (split_exchange_ahead: two parts live across the wait, so half the
-# part per thread): aligned 16-bit rows of 35,841-65,536 in chunks of 2048 in 2 warps, ten
-# per SM, of 65,537-131,072 in chunks of 4096 in 4 warps, five per SM; fp32 rows past
-# 131,072 in the second shape. Rows the split kernel reads as windows (odd N, or rows off a
-# 32-byte sector) lost with it (bf16 33,000: 77% of copy against 87%, 100,001 66-75% against
-# 89%) and take the row's window knobs instead (the launcher: _launch_plan).
+# part per thread): aligned 16-bit rows of 20,481-23,552 and 32,769-65,536 in chunks of 2048
+# in 2 warps, ten per SM, of 65,537-131,072 in chunks of 4096 in 4 warps, five per SM; fp32
+# rows past 131,072 in the second shape. Rows the split kernel reads as windows lost with it
+# (bf16 33,000: 77% of copy against 87%, 100,001 66-75% against 89%): windows (odd N) take
+# the row's window_overrides, and rows off a 32-byte sector its off_sector_overrides.
 _AHEAD = dict(split_exchange_ahead=True, split_packed=True, split_stages=3,
               split_poll_loads=True)
 _SPLIT_16_AHEAD_2K = dict(_SPLIT_16_BIT, **_AHEAD, split_chunk=2048, split_warps=2,
@@ -270,7 +283,10 @@ _SPLIT_16_AHEAD_2K = dict(_SPLIT_16_BIT, **_AHEAD, split_chunk=2048, split_warps
 _SPLIT_16_AHEAD_4K = dict(_SPLIT_16_BIT, **_AHEAD, split_chunk=4096, split_warps=4,
                           split_programs_per_sm=5)
 _SPLIT_FP32_AHEAD = dict(_SPLIT_FP32_LONG, **_AHEAD, split_chunk=4096, split_programs_per_sm=5,
-                         window_overrides=dict(_SPLIT_FP32_LONG, split_exchange_ahead=False))
+                         window_overrides=_SPLIT_FP32_LONG, off_sector_overrides=_SPLIT_FP32_LONG)
+# ... windows and off-sector rows of 36k-131k in chunks of 8192 five per SM
+_16_AHEAD_KEEP = dict(window_overrides=_SPLIT_16_8K_WINDOWS,
+                      off_sector_overrides=_SPLIT_16_8K_WINDOWS)
 # 16-bit windows of 8k-32k: split in small chunks (the ones up to 8192 stay on chip)
 _WINDOWS_16_SMALL = dict(window_overrides=dict(_SPLIT_16_SMALL, max_on_chip=8192))
 PLAN_TABLE: list[tuple[int, int, int, dict[str, Any]]] = [
@@ -310,10 +326,12 @@ PLAN_TABLE: list[tuple[int, int, int, dict[str, Any]]] = [
                           **_WINDOWS_16_SMALL)),
     # aligned rows of 16,385-20,480 on chip as 16,384 columns and a tail of 4096 in 16 warps;
     # windows (odd N) and rows up to 23,552, which 3 chunks of 8192 on chip would pad by 4% or
-    # more, split in small chunks
+    # more, split in small chunks: aligned rows of 20,481-23,552 in chunks of 2048 with the
+    # exchange a row ahead, windows and rows off a sector in chunks of 4096 ten per SM
     (2, 16384, 20480, dict(chip_tail=True, elems_per_thread=32,
                            window_overrides=dict(_SPLIT_16_SMALL, max_on_chip=16384))),
-    (2, 20480, 23552, dict(_SPLIT_16_SMALL, max_on_chip=16384)),
+    (2, 20480, 23552, dict(_SPLIT_16_AHEAD_2K, max_on_chip=16384,
+                           window_overrides=_SPLIT_16_SMALL, off_sector_overrides=_SPLIT_16_SMALL)),
     (2, 23552, 24576, dict(chip_chunked=True, chunk_elems_per_thread=128, chip_stages=3,
                            **_WINDOWS_16_SMALL)),
     (2, 24576, 32768, dict(elems_per_thread=64, **_WINDOWS_16_SMALL)),
@@ -324,16 +342,17 @@ PLAN_TABLE: list[tuple[int, int, int, dict[str, Any]]] = [
     # five per SM, past it; then 8192 elements in 4 warps, five per SM. From 32,769 to 40,960
     # too, which 3 chunks of 16,384 on chip pad by 20% or more; the rows of 40,961-49,152 stay
     # on chip.
-    # Windows (odd N) of 35,841-262,144 in chunks of 8192 five per SM, past it in one stage;
-    # those of 32,769-35,840 in chunks of 4096 eight per SM. Just past 32,768 five parts of
-    # 8192 leave each program a short part and a whole program group to pay for: chunks of
-    # 4096 (two warps, ten per SM) up to 35,840.
-    (2, 32768, 35840, dict(_SPLIT_16_SMALL, window_overrides=_SPLIT_16_WINDOWS)),
-    (2, 35840, 40960, dict(_SPLIT_16_AHEAD_2K, window_overrides=_SPLIT_16_8K_WINDOWS)),
+    # Windows (odd N) and rows off a 32-byte sector of 35,841-262,144 in chunks of 8192 five
+    # per SM, past it in one stage; of 32,769-35,840 windows in chunks of 4096 eight per SM,
+    # rows off a sector in chunks of 4096 ten per SM (five parts of 8192 just past 32,768
+    # leave each program a short part and a whole program group to pay for).
+    (2, 32768, 35840, dict(_SPLIT_16_AHEAD_2K, window_overrides=_SPLIT_16_WINDOWS,
+                           off_sector_overrides=_SPLIT_16_SMALL)),
+    (2, 35840, 40960, dict(_SPLIT_16_AHEAD_2K, **_16_AHEAD_KEEP)),
     (2, 40960, 49152, dict(max_on_chip=49152, chip_chunked=True, chunk_elems_per_thread=128,
                            window_overrides=dict(_SPLIT_16_8K_WINDOWS, max_on_chip=32768))),
-    (2, 49152, 65536, dict(_SPLIT_16_AHEAD_2K, window_overrides=_SPLIT_16_8K_WINDOWS)),
-    (2, 65536, 131072, dict(_SPLIT_16_AHEAD_4K, window_overrides=_SPLIT_16_8K_WINDOWS)),
+    (2, 49152, 65536, dict(_SPLIT_16_AHEAD_2K, **_16_AHEAD_KEEP)),
+    (2, 65536, 131072, dict(_SPLIT_16_AHEAD_4K, **_16_AHEAD_KEEP)),
     (2, 131072, 262144, dict(_SPLIT_16_8K, split_programs_per_sm=5,
                              window_overrides=_SPLIT_16_8K_WINDOWS)),
     (2, 262144, 1 << 21, dict(_SPLIT_16_8K, split_programs_per_sm=5,
@@ -383,7 +402,8 @@ def _tuning(n_cols: int, itemsize: int, path: str, tuning: dict[str, Any] | None
     """TUNING, then the PLAN_TABLE row of this size and length (``path="auto"`` only), then
     its ``window_overrides`` for rows handled as aligned windows (``windowed``), then the
     caller's overrides: what both :func:`plan` and the launcher read."""
-    given = set(tuning or {}) | set((tuning or {}).get("window_overrides", {}))
+    given = (set(tuning or {}) | set((tuning or {}).get("window_overrides", {}))
+             | set((tuning or {}).get("off_sector_overrides", {})))
     unknown = sorted(given - set(TUNING))
     if unknown:
         close = difflib.get_close_matches(unknown[0], list(TUNING), n=1)
@@ -502,8 +522,10 @@ def split_exchange(t: dict[str, Any], split: int) -> SplitExchange:
     """The exchange the split kernel runs for rows of ``split`` chunks under the knobs ``t``,
     one place for the launcher and the bench.
 
-    >>> str(split_exchange(_tuning(131072, 2, "auto", None), 16))
+    >>> str(split_exchange(_tuning(262144, 2, "auto", None), 32))
     'packed st3 asm loads l32'
+    >>> str(split_exchange(_tuning(131072, 2, "auto", None), 32))
+    'packed st3 asm loads l32 ahead'
     >>> str(split_exchange(_tuning(300007, 2, "auto", None, windowed=True), 37))
     'packed st1 asm loads l64'
     """
