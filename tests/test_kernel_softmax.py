@@ -1060,6 +1060,18 @@ def test_the_shipped_split_launches_do_not_spill():
         assert r["spill_bytes"] == 0, (r["dtype"], r["n"], r["options"], r["spill_bytes"])
 
 
+def test_rows_off_a_sector_take_their_rows_knobs_then_the_callers():
+    # bf16 33,000: every other row starts 16 bytes off a 32-byte sector, so the split kernel
+    # reads it as 128-byte windows; its PLAN_TABLE row runs aligned rows with the exchange a
+    # row ahead, which lost on windows, so it takes the row's off_sector_overrides (chunks of
+    # 4096, not ahead); a caller's knob still wins over them.
+    (own,) = _split_ptxas("--dtypes", "bfloat16", "--ns", "33000")
+    (mine,) = _split_ptxas("--dtypes", "bfloat16", "--ns", "33000",
+                           "--tuning", '{"split_chunk": 2048}')
+    assert [(r["options"]["CHUNK"], r["options"]["AHEAD"], r["options"]["SHIFT"])
+            for r in (own, mine)] == [(4096, False, 64), (2048, False, 64)]
+
+
 def test_the_longest_fp32_rows_spill_at_most_a_word_a_row_ahead():
     # fp32 rows of 512k-1M with the exchange a row ahead merge 128 or 256 lanes and spill a
     # word or two under triton 3.9; on the H200 (triton 3.6) they ran at 94% and 91% of copy
