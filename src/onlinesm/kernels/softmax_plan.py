@@ -99,9 +99,9 @@ TUNING: dict[str, Any] = {
     # it waits for row r's: the wait that bounds split rows (Nsight Compute: latency) then
     # finds the other parts of row r published a whole part earlier. Two parts are live in
     # registers across the wait (packed exchange only), so it runs in half the part per
-    # thread. PLAN_TABLE turns it on for aligned 16-bit rows of 36k-131k and fp32 rows past
-    # 131k (H200, medians of 3: bf16 52,000 91% of copy against 87%, fp32 524,288 94%
-    # against 86%); windows lost with it and keep it off.
+    # thread. PLAN_TABLE turns it on for aligned 16-bit split rows (20k-23k, 33k-131k) and
+    # fp32 rows past 131k (H200, medians of 3: bf16 52,000 91% of copy against 87%, fp32
+    # 524,288 94% against 86%); windows lost with it and keep it off.
     "split_exchange_ahead": False,
     # Knobs over the PLAN_TABLE row's for rows handled as aligned windows (odd N, up to 7
     # loose elements at each end): the windowed kernels load and spill differently, so a
