@@ -1068,12 +1068,13 @@ def test_rows_off_a_sector_take_their_rows_knobs_then_the_callers():
     # bf16 33,000: every other row starts 16 bytes off a 32-byte sector, so the split kernel
     # reads it as 128-byte windows; its PLAN_TABLE row runs aligned rows with the exchange a
     # row ahead, which lost on windows, so it takes the row's off_sector_overrides (chunks of
-    # 4096, not ahead); a caller's knob still wins over them.
-    (own,) = _split_ptxas("--dtypes", "bfloat16", "--ns", "33000")
+    # 4096, not ahead); a caller's knob still wins over them. 22,520 too, though the aligned
+    # rows' 11 parts of 2048 could not cover its window (22,583 columns): its own parts do.
+    own = _split_ptxas("--dtypes", "bfloat16", "--ns", "33000,22520")
     (mine,) = _split_ptxas("--dtypes", "bfloat16", "--ns", "33000",
                            "--tuning", '{"split_chunk": 2048}')
     assert [(r["options"]["CHUNK"], r["options"]["AHEAD"], r["options"]["SHIFT"])
-            for r in (own, mine)] == [(4096, False, 64), (2048, False, 64)]
+            for r in (*own, mine)] == [(4096, False, 64), (4096, False, 64), (2048, False, 64)]
 
 
 def test_the_longest_fp32_rows_spill_at_most_a_word_a_row_ahead():

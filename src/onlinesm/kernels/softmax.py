@@ -877,15 +877,16 @@ def _launch_plan(x2: torch.Tensor, y2: torch.Tensor, path: str, max_on_chip: int
         # Split rows as windows of split_window_bytes where a row starts off a vector or a
         # 32-byte sector (see _shift), if the plan's parts still cover the wider window.
         wide = _shift(itemsize, align, x2, y2, int(t["split_window_bytes"]))
-        if wide > shift and p.split * p.block >= n_cols + wide - 1:
-            if shift == 1 and t["off_sector_overrides"]:
-                # Aligned rows off a 32-byte sector, read as windows: their PLAN_TABLE row's
-                # knobs for them (the exchange a row ahead lost on windows: H200, bf16 33,000
-                # 77% of copy against 87%), then the caller's.
-                t = {**t, **t["off_sector_overrides"], **(tuning or {})}
-                p = plan(n_cols + wide - 1, path="split", tile=tile, tuning=t,
-                         itemsize=itemsize, interpreted=INTERPRETED)
-            shift = wide
+        t_wide, p_wide = t, p
+        if wide > shift == 1 and t["off_sector_overrides"]:
+            # Aligned rows off a 32-byte sector, read as windows: their PLAN_TABLE row's knobs
+            # for them (the exchange a row ahead lost on windows: H200, bf16 33,000 77% of
+            # copy against 87%), then the caller's.
+            t_wide = {**t, **t["off_sector_overrides"], **(tuning or {})}
+            p_wide = plan(n_cols + wide - 1, path="split", tile=tile, tuning=t_wide,
+                          itemsize=itemsize, interpreted=INTERPRETED)
+        if wide > shift and p_wide.split * p_wide.block >= n_cols + wide - 1:
+            t, p, shift = t_wide, p_wide, wide
     if shift > 1 and p.path == "stream" and not _window_fits(x2, shift):
         # The last row's end vector could reach past the memory x owns: element by element.
         shift = 1
