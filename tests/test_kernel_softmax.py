@@ -790,8 +790,12 @@ def test_tuning_knobs_are_checked():
     with pytest.raises(ValueError, match="'split_chunks' is not a knob.*did you mean 'split_chunk'"):
         sm.plan(20008, itemsize=2, interpreted=False, windowed=True,
                 tuning=dict(window_overrides=dict(split_chunks=2048)))
+    with pytest.raises(ValueError, match="'split_warp' is not a knob.*did you mean 'split_warps'"):
+        sm.plan(52008, itemsize=2, interpreted=False,
+                tuning=dict(off_sector_overrides=dict(split_warp=2)))
     for *_, overrides in sp.PLAN_TABLE:  # the table speaks the same language
-        assert set(overrides) | set(overrides.get("window_overrides", {})) <= set(sp.TUNING)
+        assert (set(overrides) | set(overrides.get("window_overrides", {}))
+                | set(overrides.get("off_sector_overrides", {}))) <= set(sp.TUNING)
     t = sp._tuning(65536, 2, "auto", dict(split_min_lanes=24))
     with pytest.raises(ValueError, match="split_min_lanes=24 must be a power of two"):
         sp.split_exchange(t, 8)
