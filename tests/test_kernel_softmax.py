@@ -961,6 +961,18 @@ def _bench_variants():
     return _bench_module("softmax").variants
 
 
+def test_ncu_softmax_cases_name_real_knobs_and_lengths():
+    # bench/ncu_targets.py builds its softmax cases from their names (softmax_bf16_N[_V]) on
+    # the GPU only: a misspelt variant knob or suffix would surface there, as a lost call.
+    ncu = _bench_module("ncu_targets")
+    for variant in ncu.VARIANTS.values():
+        assert set(variant) <= set(sp.TUNING), variant
+    for name in ncu.CASES:
+        if name.startswith("softmax"):
+            _, dtype, n, *variant = name.split("_")
+            assert dtype == "bf16" and int(n) > 0 and all(v in ncu.VARIANTS for v in variant)
+
+
 def test_bench_medians_compare_candidates_by_medians_over_runs(tmp_path, capsys, monkeypatch):
     # Three runs of bench/softmax.py --tune: each candidate's median % of copy, its range, and
     # its median ratio to the shipped launch in the same runs (not the ratio of medians).
