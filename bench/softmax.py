@@ -90,7 +90,8 @@ def variants(n: int, itemsize: int) -> list[tuple[str, dict[str, Any]]]:
       chunks in flight during a row's wait, not two).
     * ``split ahead cC wW xP``: split in chunks of C, W warps, P programs per SM, with the
       exchange a row ahead (``split_exchange_ahead``: row r + 1's part read and its (m, d)
-      published before row r's wait).
+      published before row r's wait); ``split ahead win16 ...``: the same with windows of 16
+      bytes (``split_window_bytes=16``: rows off a sector read unwindowed).
     """
     out: list[tuple[str, dict[str, Any]]] = []
     if n % (16 // itemsize) and n <= 4096:  # odd short rows: one per program, as a window
@@ -180,6 +181,14 @@ def variants(n: int, itemsize: int) -> list[tuple[str, dict[str, Any]]]:
                 split_exchange_ahead=True, split_chunk=chunk, split_warps=warps,
                 split_programs_per_sm=per_sm, split_packed=True, split_stages=3,
                 split_poll_loads=True))))
+        # ... with 16-byte windows (odd N) or none (rows off a sector): it lost on 128-byte
+        # windows, whose loose elements are 8x as many (a block-wide reduction per row)
+        for chunk, warps, per_sm in ((4096, 4, 5), (2048, 2, 10)):
+            out.append((f"split ahead win16 c{chunk} w{warps} x{per_sm}", dict(
+                path="split", tuning=dict(
+                    split_exchange_ahead=True, split_chunk=chunk, split_warps=warps,
+                    split_programs_per_sm=per_sm, split_packed=True, split_stages=3,
+                    split_poll_loads=True, split_window_bytes=16))))
     if n > 32768:
         # the shipped plan without its register cap; pipelined (the next row's chunk copied
         # into shared memory while this row waits), polling with atomics or with loads
