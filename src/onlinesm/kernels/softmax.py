@@ -878,7 +878,7 @@ def _launch_plan(x2: torch.Tensor, y2: torch.Tensor, path: str, max_on_chip: int
         # 32-byte sector (see _shift), if the plan's parts still cover the wider window.
         wide = _shift(itemsize, align, x2, y2, int(t["split_window_bytes"]))
         t_wide, p_wide = t, p
-        if wide > shift == 1 and t["off_sector_overrides"]:
+        if shift == 1 and wide > 1 and t["off_sector_overrides"]:
             # Aligned rows off a 32-byte sector, read as windows: their PLAN_TABLE row's knobs
             # for them (the exchange a row ahead lost on windows: H200, bf16 33,000 77% of
             # copy against 87%), then the caller's.
