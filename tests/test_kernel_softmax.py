@@ -510,9 +510,9 @@ def test_long_rows_split_on_the_gpu_stream_under_the_interpreter():
     assert split(262145, 2) == (8192, 33, True)
     assert tuned(262144, 2, "auto", None)["split_warps"] == 4  # five 4-warp programs per SM
     # 16-bit rows: aligned rows of 32,769-40,960 split too (3 chunks of 16,384 on chip would
-    # pad them by 20% or more), up to 35,840 in chunks of 4096 ten per SM, longer ones up to
-    # 49,152 stay on chip; 35,841-131,072 with the exchange a row ahead (chunks of 2048 ten
-    # per SM up to 65,536, of 4096 five per SM past it), then chunks of 8192 five per SM
+    # pad them by 20% or more), longer ones up to 49,152 stay on chip; 32,769-131,072 with
+    # the exchange a row ahead (chunks of 2048 ten per SM up to 65,536, of 4096 five per SM
+    # past it), then chunks of 8192 five per SM
     for n, chunk, per_sm, ahead in (
             (32769, 2048, 10, True), (35840, 2048, 10, True), (35841, 2048, 10, True),
             (40960, 2048, 10, True), (49153, 2048, 10, True), (65536, 2048, 10, True),
