@@ -501,8 +501,8 @@ def test_long_rows_split_on_the_gpu_stream_under_the_interpreter():
         assert p.path == "split", (n, itemsize)
         return p.block, p.split, bool(tuned(n, itemsize, "auto", None)["split_packed"])
 
-    assert split(65536, 4) == (8192, 8, True)
-    assert split(131072, 4) == (8192, 16, True)
+    assert split(65536, 4) == (2048, 32, True)
+    assert split(131072, 4) == (2048, 64, True)
     assert split(262144, 4) == (4096, 64, True)  # past 131,072 the exchange a row ahead
     assert split(1 << 21, 4) == (4096, 512, True)
     assert split(49153, 2) == (2048, 25, True)
@@ -521,9 +521,13 @@ def test_long_rows_split_on_the_gpu_stream_under_the_interpreter():
         t = tuned(n, 2, "auto", None)
         assert split(n, 2)[0] == chunk, n
         assert (t["split_programs_per_sm"], t["split_exchange_ahead"]) == (per_sm, ahead), n
-    # fp32: the exchange a row ahead past 131,072 only
-    assert [tuned(n, 4, "auto", None)["split_exchange_ahead"] for n in (131072, 131073)] == [
-        False, True]
+    # fp32: every split row with the exchange a row ahead, in chunks of 2048 ten per SM up
+    # to 131,072, of 4096 five per SM past it; windows in chunks of 8192, not ahead
+    for n, chunk, per_sm in ((49153, 2048, 10), (131072, 2048, 10), (131073, 4096, 5)):
+        t = tuned(n, 4, "auto", None)
+        assert (t["split_chunk"], t["split_programs_per_sm"], t["split_exchange_ahead"]) == (
+            chunk, per_sm, True), n
+        assert tuned(n, 4, "auto", None, True)["split_exchange_ahead"] is False, n
     assert sm.plan(40961, itemsize=2, interpreted=False).path == "on_chip"
     assert sm.plan(32768, itemsize=2, interpreted=False).path == "on_chip"
     # the poll in PTX with relaxed loads, the row loop pipelined: fp32 rows in 2 stages,
@@ -531,7 +535,7 @@ def test_long_rows_split_on_the_gpu_stream_under_the_interpreter():
     # 49,153 up to 262,144 and past it not pipelined
     knobs = ("split_stages", "split_chunk", "split_poll_loads")
     for n, itemsize, windowed, want in (
-            (49153, 4, False, (2, 8192, True)), (1 << 21, 4, True, (2, 8192, True)),
+            (49153, 4, False, (3, 2048, True)), (1 << 21, 4, True, (2, 8192, True)),
             (49153, 2, False, (3, 2048, True)), (49153, 2, True, (3, 8192, True)),
             (262144, 2, True, (3, 8192, True)), (262145, 2, True, (1, 8192, True)),
             (1 << 21, 2, False, (3, 8192, True))):
@@ -1053,7 +1057,7 @@ def test_the_shipped_split_launches_do_not_spill():
     rows = _split_ptxas("--dtypes", "bfloat16,float16,float32", "--ns", "65536,100001,262144")
     assert len(rows) == 9
     # The exchange a row ahead (two parts live across the wait) where PLAN_TABLE runs it:
-    # 16-bit 65,536 (above), 98,304, fp32 262,144 (above); not on windows (odd N, or bf16
+    # 16-bit 65,536 (above), 98,304, fp32 65,536 and 262,144 (above); not on windows (odd N, or bf16
     # 36,008: rows off a 32-byte sector), which take their row's window knobs. (fp32 rows of
     # 524,288 and 1,048,576, 128 and 256 lanes, spill 4 and 8 bytes under triton 3.9: see
     # test_the_longest_fp32_rows_spill_at_most_a_word_a_row_ahead.)
@@ -1063,8 +1067,12 @@ def test_the_shipped_split_launches_do_not_spill():
                                 (True, 4096, False), (False, 4096, True), (False, 8192, True)]
     assert [(r["dtype"], r["options"]["AHEAD"]) for r in rows if r["n"] != 100001] == [
         ("bfloat16", True), ("bfloat16", False), ("float16", True), ("float16", False),
-        ("float32", False), ("float32", True)]
+        ("float32", True), ("float32", True)]
     rows += ahead
+    # fp32 131,072 ahead in chunks of 2048: 64 parts, merged in 64 lanes
+    (longest,) = _split_ptxas("--dtypes", "float32", "--ns", "131072")
+    assert (longest["options"]["AHEAD"], longest["options"]["CHUNK"]) == (True, 2048)
+    rows.append(longest)
     # 16-bit rows of 8k-262k in chunks of 4096: 2 warps (off-sector 21,000, windows 12,289 and
     # 30,001; windows of 20,001 spill 36 bytes under triton 3.9, none under 3.6), 4 warps
     # (windows of 33,001), and 8192 in 4 warps (windows of 40,001 and 262,137)

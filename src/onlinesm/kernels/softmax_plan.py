@@ -100,7 +100,7 @@ TUNING: dict[str, Any] = {
     # finds the other parts of row r published a whole part earlier. Two parts are live in
     # registers across the wait (packed exchange only), so it runs in half the part per
     # thread. PLAN_TABLE turns it on for aligned 16-bit split rows (20k-23k, 33k-131k) and
-    # fp32 rows past 131k (H200, medians of 3: bf16 52,000 91% of copy against 87%, fp32
+    # fp32 split rows (past 49k; H200, medians of 3: bf16 52,000 91% of copy against 87%, fp32
     # 524,288 94% against 86%); windows lost with it and keep it off.
     "split_exchange_ahead": False,
     # Knobs over the PLAN_TABLE row's for rows handled as aligned windows (odd N, up to 7
@@ -273,7 +273,7 @@ _SPLIT_16_8K_WINDOWS = dict(_SPLIT_16_8K, split_programs_per_sm=5)
 # The exchange a row ahead (split_exchange_ahead: two parts live across the wait, so half the
 # part per thread): aligned 16-bit rows of 20,481-23,552 and 32,769-65,536 in chunks of 2048
 # in 2 warps, ten per SM, of 65,537-131,072 in chunks of 4096 in 4 warps, five per SM; fp32
-# rows past 131,072 in the second shape. Rows the split kernel reads as windows lost with it
+# rows of 49,153-131,072 in the first shape, past 131,072 in the second. Rows the split kernel reads as windows lost with it
 # (bf16 33,000: 77% of copy against 87%, 100,001 66-75% against 89%): windows (odd N) take
 # the row's window_overrides, and rows off a 32-byte sector its off_sector_overrides.
 _AHEAD = dict(split_exchange_ahead=True, split_packed=True, split_stages=3,
@@ -284,6 +284,11 @@ _SPLIT_16_AHEAD_4K = dict(_SPLIT_16_BIT, **_AHEAD, split_chunk=4096, split_warps
                           split_programs_per_sm=5)
 _SPLIT_FP32_AHEAD = dict(_SPLIT_FP32_LONG, **_AHEAD, split_chunk=4096, split_programs_per_sm=5,
                          window_overrides=_SPLIT_FP32_LONG, off_sector_overrides=_SPLIT_FP32_LONG)
+# ... fp32 rows of 49,153-131,072 in chunks of 2048 in 2 warps, ten per SM (H200, medians of
+# 3: 52,000 / 65,536 / 98,304 / 131,072 at 92.5 / 90.9 / 93.2 / 92.9% of copy against
+# 90.6 / 90.2 / 92.2 / 91.6% for chunks of 8192 four per SM, which windows keep)
+_SPLIT_FP32_AHEAD_2K = dict(_SPLIT_FP32_AHEAD, split_chunk=2048, split_warps=2,
+                            split_programs_per_sm=10)
 # ... windows and off-sector rows of 36k-131k in chunks of 8192 five per SM
 _16_AHEAD_KEEP = dict(window_overrides=_SPLIT_16_8K_WINDOWS,
                       off_sector_overrides=_SPLIT_16_8K_WINDOWS)
@@ -309,10 +314,11 @@ PLAN_TABLE: list[tuple[int, int, int, dict[str, Any]]] = [
     (4, 34816, 49152, dict(max_on_chip=49152, chip_chunked=True,
                            window_overrides=dict(_SPLIT_FP32_LONG, max_on_chip=32768))),
     # Long rows split across programs exchanging (m, d) as one self-flagging word polled in
-    # one PTX loop with relaxed loads, the row loop pipelined in 2 stages: chunks of 8192 in
-    # 4 warps, four programs per SM (registers capped at 128), windows too.
-    (4, 49152, 131072, _SPLIT_FP32_LONG),
-    # ... past 131,072 with the exchange a row ahead, in chunks of 4096 five per SM
+    # one PTX loop with relaxed loads, the row loop pipelined: with the exchange a row ahead
+    # in chunks of 2048 in 2 warps, ten per SM, up to 131,072, of 4096 in 4 warps, five per
+    # SM, past it; windows and rows off a sector in chunks of 8192 in 4 warps, four per SM
+    # (registers capped at 128), in 2 stages, not ahead.
+    (4, 49152, 131072, _SPLIT_FP32_AHEAD_2K),
     (4, 131072, 1 << 21, _SPLIT_FP32_AHEAD),
     # rows up to 65 (window width n + 7) as windows; in a layout that cannot take them,
     # 512 elements per program (bf16 33 / 63: 33% / 59% of copy against 16% / 30% at 4096)
