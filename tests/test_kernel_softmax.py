@@ -748,7 +748,7 @@ def _hard_rows(n: int, dtype) -> torch.Tensor:
 @requires_cuda
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("n", [1000, 4096, 5001, 9000, 12289, 17000, 18000, 20001, 21000, 24576,
-                               32768, 32769, 33000, 34000, 36000, 40001,
+                               32768, 32769, 33000, 34000, 36000, 36008, 40001,
                                50257, 52008, 65536, 65537, 98304, 131072 + 3, 151936, 262137,
                                262144, 300_000,
                                (1 << 20) + 3])
@@ -830,7 +830,8 @@ def test_the_exchange_a_row_ahead_compiles_without_spills_in_its_bench_shapes():
                         "--tuning", json.dumps(kw["tuning"]))
     assert [r["options"]["AHEAD"] for r in rows] == [True, True]
     assert all(r["spill_bytes"] == 0 and r["registers"] <= 96 for r in rows), rows
-    shipped = _split_ptxas("--dtypes", "bfloat16", "--ns", "21000")[0]
+    # the shipped launch of an odd N there (a window): not ahead, another kernel
+    shipped = _split_ptxas("--dtypes", "bfloat16", "--ns", "21001")[0]
     assert shipped["options"]["AHEAD"] is False and shipped["ptx_sha"] != rows[0]["ptx_sha"]
 
 
@@ -1057,14 +1058,17 @@ def test_the_shipped_split_launches_do_not_spill():
     rows = _split_ptxas("--dtypes", "bfloat16,float16,float32", "--ns", "65536,100001,262144")
     assert len(rows) == 9
     # The exchange a row ahead (two parts live across the wait) where PLAN_TABLE runs it:
-    # 16-bit 65,536 (above), 98,304, fp32 65,536 and 262,144 (above); not on windows (odd N, or bf16
-    # 36,008: rows off a 32-byte sector), which take their row's window knobs. (fp32 rows of
-    # 524,288 and 1,048,576, 128 and 256 lanes, spill 4 and 8 bytes under triton 3.9: see
+    # 16-bit 65,536 (above), 98,304, fp32 65,536 and 262,144 (above), bf16 rows off a 32-byte
+    # sector of 33,000 and 36,008 (read unwindowed); not on windows (odd N, or bf16 52,008 off
+    # a sector), which take their row's window knobs. (fp32 rows of 524,288 and 1,048,576,
+    # 128 and 256 lanes, spill 4 and 8 bytes under triton 3.9: see
     # test_the_longest_fp32_rows_spill_at_most_a_word_a_row_ahead.)
-    ahead = _split_ptxas("--dtypes", "bfloat16", "--ns", "22000,33024,36000,98304,33000,36008")
+    ahead = _split_ptxas("--dtypes", "bfloat16", "--ns",
+                         "22000,33024,36000,98304,33000,36008,52008")
     assert [(r["options"]["AHEAD"], r["options"]["CHUNK"], r["options"]["SHIFT"] > 1)
             for r in ahead] == [(True, 2048, False), (True, 2048, False), (True, 2048, False),
-                                (True, 4096, False), (False, 4096, True), (False, 8192, True)]
+                                (True, 4096, False), (True, 2048, False), (True, 2048, False),
+                                (False, 8192, True)]
     assert [(r["dtype"], r["options"]["AHEAD"]) for r in rows if r["n"] != 100001] == [
         ("bfloat16", True), ("bfloat16", False), ("float16", True), ("float16", False),
         ("float32", True), ("float32", True)]
@@ -1073,10 +1077,10 @@ def test_the_shipped_split_launches_do_not_spill():
     (longest,) = _split_ptxas("--dtypes", "float32", "--ns", "131072")
     assert (longest["options"]["AHEAD"], longest["options"]["CHUNK"]) == (True, 2048)
     rows.append(longest)
-    # 16-bit rows of 8k-262k in chunks of 4096: 2 warps (off-sector 21,000, windows 12,289 and
+    # 16-bit rows of 8k-262k in chunks of 4096: 2 warps (windows 12,289, 21,001 and
     # 30,001; windows of 20,001 spill 36 bytes under triton 3.9, none under 3.6), 4 warps
     # (windows of 33,001), and 8192 in 4 warps (windows of 40,001 and 262,137)
-    small = _split_ptxas("--dtypes", "bfloat16", "--ns", "12289,21000,30001,33001,40001,262137")
+    small = _split_ptxas("--dtypes", "bfloat16", "--ns", "12289,21001,30001,33001,40001,262137")
     assert [(r["options"]["CHUNK"], r["options"]["num_warps"]) for r in small] == [
         (4096, 2), (4096, 2), (4096, 2), (4096, 4), (8192, 4), (8192, 4)]
     rows += small
@@ -1089,16 +1093,20 @@ def test_the_shipped_split_launches_do_not_spill():
 
 
 def test_rows_off_a_sector_take_their_rows_knobs_then_the_callers():
-    # bf16 33,000: every other row starts 16 bytes off a 32-byte sector, so the split kernel
-    # reads it as 128-byte windows; its PLAN_TABLE row runs aligned rows with the exchange a
-    # row ahead, which lost on windows, so it takes the row's off_sector_overrides (chunks of
-    # 4096, not ahead); a caller's knob still wins over them. 22,520 too, though the aligned
-    # rows' 11 parts of 2048 could not cover its window (22,583 columns): its own parts do.
-    own = _split_ptxas("--dtypes", "bfloat16", "--ns", "33000,22520")
-    (mine,) = _split_ptxas("--dtypes", "bfloat16", "--ns", "33000",
-                           "--tuning", '{"split_chunk": 2048}')
+    # Every other row of bf16 33,000 or 52,008 starts 16 bytes off a 32-byte sector. At
+    # 33,000 (and 22,520) the PLAN_TABLE row reads them unwindowed with the aligned rows'
+    # launch, the exchange a row ahead in chunks of 2048; at 52,008 as 128-byte windows in
+    # chunks of 8192, not ahead (the exchange a row ahead lost on windows). A caller's knob
+    # still wins over them: windows of 128 bytes at 33,000, chunks of 4096 at 52,008.
+    own = _split_ptxas("--dtypes", "bfloat16", "--ns", "33000,22520,52008")
+    (wide,) = _split_ptxas("--dtypes", "bfloat16", "--ns", "33000",
+                           "--tuning", '{"split_window_bytes": 128}')
+    (mine,) = _split_ptxas("--dtypes", "bfloat16", "--ns", "52008",
+                           "--tuning", '{"split_chunk": 4096}')
     assert [(r["options"]["CHUNK"], r["options"]["AHEAD"], r["options"]["SHIFT"])
-            for r in (*own, mine)] == [(4096, False, 64), (4096, False, 64), (2048, False, 64)]
+            for r in (*own, wide, mine)] == [
+        (2048, True, 1), (2048, True, 1), (8192, False, 64), (2048, True, 64),
+        (4096, False, 64)]
 
 
 def test_the_longest_fp32_rows_spill_at_most_a_word_a_row_ahead():

@@ -880,9 +880,11 @@ def _launch_plan(x2: torch.Tensor, y2: torch.Tensor, path: str, max_on_chip: int
         t_wide, p_wide = t, p
         if shift == 1 and wide > 1 and t["off_sector_overrides"]:
             # Aligned rows off a 32-byte sector, read as windows: their PLAN_TABLE row's knobs
-            # for them (the exchange a row ahead lost on windows: H200, bf16 33,000 77% of
-            # copy against 87%), then the caller's.
+            # for them (the exchange a row ahead lost on 128-byte windows: H200, bf16 33,000
+            # 77% of copy against 87%), then the caller's. Knobs that narrow the windows to
+            # 16 bytes read such a row unwindowed, with the aligned rows' launch.
             t_wide = {**t, **t["off_sector_overrides"], **(tuning or {})}
+            wide = _shift(itemsize, align, x2, y2, int(t_wide["split_window_bytes"]))
             p_wide = plan(n_cols + wide - 1, path="split", tile=tile, tuning=t_wide,
                           itemsize=itemsize, interpreted=INTERPRETED)
         if wide > shift and p_wide.split * p_wide.block >= n_cols + wide - 1:

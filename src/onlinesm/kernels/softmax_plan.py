@@ -110,7 +110,8 @@ TUNING: dict[str, Any] = {
     # Knobs over the PLAN_TABLE row's for aligned rows that start off a 32-byte sector (16-bit
     # N an odd multiple of 8, fp32 an odd multiple of 4), which the split kernel reads as
     # windows of split_window_bytes (the launcher: _launch_plan): where a row splits with the
-    # exchange a row ahead, which lost on windows, they keep the launch they ran before.
+    # exchange a row ahead, which lost on 128-byte windows, they take the windows' launch, or
+    # (split_window_bytes=16) are read unwindowed with the aligned rows' launch.
     "off_sector_overrides": {},
     # Candidates for the H200 sweep (off by default until measured; bench/softmax.py --tune):
     "chip_chunked": False,  # cover a row by 3 power-of-two chunks when that pads less
@@ -225,8 +226,12 @@ TUNING: dict[str, Any] = {
 #: 88.4 / 88.5 / 90.3 / 89.8 / 90.0%; rows off a sector there keep chunks of 4096 ten per SM
 #: (33,000 / 34,008 at 87.2 / 88.1% against 84.7 / 85.8% in the windows' eight per SM). fp32
 #: rows of 52k-131k in chunks of 2048 with it: 52,000 / 65,536 / 98,304 / 131,072 at 92.5 /
-#: 90.9 / 93.2 / 92.9% against 90.6 / 90.2 / 92.2 / 91.6% (not taken yet: that launch has
-#: not run on the GPU tests' hard rows in fp32).
+#: 90.9 / 93.2 / 92.9% against 90.6 / 90.2 / 92.2 / 91.6%, taken (eighteenth round, as
+#: shipped, medians of 3: 93 / 91 / 92 / 92%). Eighteenth round: rows off a sector of 20k-23k
+#: and 32k-41k read unwindowed with the aligned rows' launch (the exchange a row ahead in
+#: chunks of 2048) rather than as 128-byte windows without it: bf16 21,000 / 33,000 / 36,008
+#: at 88.6 / 88.8 / 89.5% against 86.3 / 86.8 / 88.5% (odd N lost with it: 50,257 / 100,001
+#: at 77 / 74% against 88 / 89%; chunks of 4096 in 4 warps lost everywhere).
 #: Rows just past a power of two on chip as that block and a smaller power-of-two tail (widened
 #: to one 16-byte vector per thread), instead of split in small chunks or padded (one run, % of
 #: copy): bf16 / fp16 17,000 / 18,000 / 20,000 at 90.0 / 94.0 / 97.6% and 91.2 / 94.8 / 97.8%
@@ -290,6 +295,11 @@ _SPLIT_FP32_AHEAD = dict(_SPLIT_FP32_LONG, **_AHEAD, split_chunk=4096, split_pro
 _SPLIT_FP32_AHEAD_2K = dict(_SPLIT_FP32_AHEAD, split_chunk=2048, split_warps=2,
                             split_programs_per_sm=10)
 # ... windows and off-sector rows of 36k-131k in chunks of 8192 five per SM
+# ... rows off a 32-byte sector of 20k-23k and 32k-41k read unwindowed (16-byte windows: each
+# warp's loads straddle sectors) with the aligned rows' launch, the exchange a row ahead in
+# chunks of 2048 (H200, bf16, medians of 3: 21,000 / 33,000 / 36,008 at 88.6 / 88.8 / 89.5%
+# of copy against 86.3 / 86.8 / 88.5% as 128-byte windows without it)
+_OFF_SECTOR_UNWINDOWED = dict(split_window_bytes=16)
 _16_AHEAD_KEEP = dict(window_overrides=_SPLIT_16_8K_WINDOWS,
                       off_sector_overrides=_SPLIT_16_8K_WINDOWS)
 # 16-bit windows of 8k-32k: split in small chunks (the ones up to 8192 stay on chip)
@@ -333,11 +343,13 @@ PLAN_TABLE: list[tuple[int, int, int, dict[str, Any]]] = [
     # aligned rows of 16,385-20,480 on chip as 16,384 columns and a tail of 4096 in 16 warps;
     # windows (odd N) and rows up to 23,552, which 3 chunks of 8192 on chip would pad by 4% or
     # more, split in small chunks: aligned rows of 20,481-23,552 in chunks of 2048 with the
-    # exchange a row ahead, windows and rows off a sector in chunks of 4096 ten per SM
+    # exchange a row ahead, rows off a sector too (unwindowed), windows in chunks of 4096 ten
+    # per SM
     (2, 16384, 20480, dict(chip_tail=True, elems_per_thread=32,
                            window_overrides=dict(_SPLIT_16_SMALL, max_on_chip=16384))),
     (2, 20480, 23552, dict(_SPLIT_16_AHEAD_2K, max_on_chip=16384,
-                           window_overrides=_SPLIT_16_SMALL, off_sector_overrides=_SPLIT_16_SMALL)),
+                           window_overrides=_SPLIT_16_SMALL,
+                           off_sector_overrides=_OFF_SECTOR_UNWINDOWED)),
     (2, 23552, 24576, dict(chip_chunked=True, chunk_elems_per_thread=128, chip_stages=3,
                            **_WINDOWS_16_SMALL)),
     (2, 24576, 32768, dict(elems_per_thread=64, **_WINDOWS_16_SMALL)),
@@ -348,13 +360,15 @@ PLAN_TABLE: list[tuple[int, int, int, dict[str, Any]]] = [
     # five per SM, past it; then 8192 elements in 4 warps, five per SM. From 32,769 to 40,960
     # too, which 3 chunks of 16,384 on chip pad by 20% or more; the rows of 40,961-49,152 stay
     # on chip.
-    # Windows (odd N) and rows off a 32-byte sector of 35,841-262,144 in chunks of 8192 five
-    # per SM, past it in one stage; of 32,769-35,840 windows in chunks of 4096 eight per SM,
-    # rows off a sector in chunks of 4096 ten per SM (five parts of 8192 just past 32,768
-    # leave each program a short part and a whole program group to pay for).
+    # Windows (odd N) of 35,841-262,144 in chunks of 8192 five per SM, past it in one stage,
+    # of 32,769-35,840 in chunks of 4096 eight per SM (five parts of 8192 just past 32,768
+    # leave each program a short part and a whole program group to pay for). Rows off a
+    # 32-byte sector of 32,769-40,960 unwindowed as the aligned rows, of 49,153-262,144 as
+    # the windows.
     (2, 32768, 35840, dict(_SPLIT_16_AHEAD_2K, window_overrides=_SPLIT_16_WINDOWS,
-                           off_sector_overrides=_SPLIT_16_SMALL)),
-    (2, 35840, 40960, dict(_SPLIT_16_AHEAD_2K, **_16_AHEAD_KEEP)),
+                           off_sector_overrides=_OFF_SECTOR_UNWINDOWED)),
+    (2, 35840, 40960, dict(_SPLIT_16_AHEAD_2K, window_overrides=_SPLIT_16_8K_WINDOWS,
+                           off_sector_overrides=_OFF_SECTOR_UNWINDOWED)),
     (2, 40960, 49152, dict(max_on_chip=49152, chip_chunked=True, chunk_elems_per_thread=128,
                            window_overrides=dict(_SPLIT_16_8K_WINDOWS, max_on_chip=32768))),
     (2, 49152, 65536, dict(_SPLIT_16_AHEAD_2K, **_16_AHEAD_KEEP)),
