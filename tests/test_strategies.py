@@ -382,6 +382,17 @@ def test_every_attention_family_appears() -> None:
     appears(strategy, *(lambda c, f=family: c.family == f for family in ATTENTION_FAMILIES))
 
 
+
+def test_the_planted_outliers_cannot_cancel():
+    # The family's guaranteed outlier in k is planted on the one key of a head (seq_k = 1);
+    # seed 1 plants it on an entry that already held an outlier of the other sign (-10.26):
+    # added, the two cancelled to -0.05 and k had no outlier left.
+    case = generate_attention("outliers", "float16", np.random.default_rng(1), batch=2,
+                              heads=4, seq_q=52, seq_k=1, head_dim=24, causal=True)
+    assert np.abs(case.k.astype(float)).max() >= 10
+    assert np.abs(case.q.astype(float)).max() >= 10
+
+
 def test_attention_same_seq_and_generate() -> None:
     @settings(max_examples=30, deadline=None)
     @given(attention_inputs(same_seq=True, families=["causal", "gaussian", "one_key"]))
