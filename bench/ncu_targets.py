@@ -27,17 +27,19 @@ CASES: dict[str, tuple[str, str]] = {
     "softmax_bf16_12288": ("softmax, bf16, 20,345 rows x 12,288 (81% of copy)", "softmax"),
     "softmax_bf16_50257": ("softmax, bf16, 4,974 rows x 50,257 (87.5% of copy, split as "
                            "128-byte windows in chunks of 8192)", "softmax"),
-    "softmax_bf16_21000": ("softmax, bf16, 11,904 rows x 21,000 (86-88% of copy, split as "
-                           "128-byte windows in chunks of 4096, two warps)", "softmax"),
+    "softmax_bf16_21000": ("softmax, bf16, 11,904 rows x 21,000 (88.6% of copy, off a sector: "
+                           "read unwindowed, the exchange a row ahead in chunks of 2048)",
+                           "softmax"),
     "softmax_bf16_100001": ("softmax, bf16, 2,499 rows x 100,001 (88% of copy, split as "
                             "128-byte windows in chunks of 8192)", "softmax"),
     "softmax_bf16_36000": ("softmax, bf16, 6,944 rows x 36,000 (92% of copy, split with the "
                            "exchange a row ahead in chunks of 2048)", "softmax"),
-    "softmax_bf16_36008": ("softmax, bf16, 6,942 rows x 36,008 (89% of copy, off a sector: "
-                           "128-byte windows in chunks of 8192)", "softmax"),
-    "softmax_bf16_36008_ahead": ("as softmax_bf16_36008 with the exchange a row ahead in "
-                                 "chunks of 2048 (75% of copy: why it loses on windows)",
-                                 "softmax"),
+    "softmax_bf16_36008": ("softmax, bf16, 6,942 rows x 36,008 (90% of copy, off a sector: "
+                           "read unwindowed, the exchange a row ahead in chunks of 2048)",
+                           "softmax"),
+    "softmax_bf16_36008_win128": ("as softmax_bf16_36008 read as 128-byte windows (75% of "
+                                  "copy: why the exchange a row ahead loses on windows)",
+                                  "softmax"),
     "softmax_bf16_65536": ("softmax, bf16, 3,814 rows x 65,536 (87% of copy, split)", "softmax"),
     "softmax_bf16_65536_st3": ("as softmax_bf16_65536, the row loop pipelined in 3 stages "
                                "(67-75% of copy)", "softmax"),
@@ -70,9 +72,7 @@ PROFILE_RANGE = "onlinesm_profile"
 #: case-name suffix -> the softmax tuning it adds
 VARIANTS: dict[str, dict[str, Any]] = {
     "st3": dict(split_stages=3, split_poll_loads=True),
-    "ahead": dict(split_exchange_ahead=True, split_chunk=2048, split_warps=2,
-                  split_programs_per_sm=10, split_packed=True, split_stages=3,
-                  split_poll_loads=True),
+    "win128": dict(split_window_bytes=128),
 }
 
 
