@@ -25,6 +25,10 @@ from typing import Any, Callable
 #: case -> (description, ncu kernel-name regex)
 CASES: dict[str, tuple[str, str]] = {
     "softmax_bf16_12288": ("softmax, bf16, 20,345 rows x 12,288 (81% of copy)", "softmax"),
+    "softmax_bf16_1001": ("softmax, bf16, 249,750 rows x 1001 (84% of copy: two rows per "
+                          "program, loaded element by element)", "softmax"),
+    "softmax_bf16_1024": ("softmax, bf16, 244,140 rows x 1024 (97-101% of copy: the aligned "
+                          "neighbour of softmax_bf16_1001)", "softmax"),
     "softmax_bf16_50257": ("softmax, bf16, 4,974 rows x 50,257 (87.5% of copy, split as "
                            "128-byte windows in chunks of 8192)", "softmax"),
     "softmax_bf16_21000": ("softmax, bf16, 11,904 rows x 21,000 (88.6% of copy, off a sector: "
