@@ -278,9 +278,10 @@ _SPLIT_16_8K_WINDOWS = dict(_SPLIT_16_8K, split_programs_per_sm=5)
 # The exchange a row ahead (split_exchange_ahead: two parts live across the wait, so half the
 # part per thread): aligned 16-bit rows of 20,481-23,552 and 32,769-65,536 in chunks of 2048
 # in 2 warps, ten per SM, of 65,537-131,072 in chunks of 4096 in 4 warps, five per SM; fp32
-# rows of 49,153-131,072 in the first shape, past 131,072 in the second. Rows the split kernel reads as windows lost with it
-# (bf16 33,000: 77% of copy against 87%, 100,001 66-75% against 89%): windows (odd N) take
-# the row's window_overrides, and rows off a 32-byte sector its off_sector_overrides.
+# rows of 49,153-131,072 in the first shape, past 131,072 in the second. Rows the split kernel
+# reads as windows lost with it (bf16 33,000: 77% of copy against 87%, 100,001 66-75% against
+# 89%): windows (odd N) take the row's window_overrides, and rows off a 32-byte sector its
+# off_sector_overrides.
 _AHEAD = dict(split_exchange_ahead=True, split_packed=True, split_stages=3,
               split_poll_loads=True)
 _SPLIT_16_AHEAD_2K = dict(_SPLIT_16_BIT, **_AHEAD, split_chunk=2048, split_warps=2,
