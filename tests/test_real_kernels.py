@@ -304,3 +304,29 @@ def test_a_target_named_like_its_submodule_is_the_function() -> None:
     importlib.import_module("onlinesm.kernels.attention")  # binds the package attribute to the module
     fn = load_target("onlinesm.kernels:attention")
     assert not isinstance(fn, types.ModuleType) and fn.__name__ == "attention"
+
+
+def test_the_kernels_imported_after_their_submodules_run_and_can_be_checked() -> None:
+    # An import of the submodule first binds the module to the package's attribute, so
+    # `from onlinesm.kernels import attention` then returns the module: it must run as the
+    # function and show the function's signature (check_attention refused it: "the kernel
+    # must be callable"). A fresh process, since this one may have bound the functions.
+    code = (
+        "import importlib, inspect, torch\n"
+        "from onlinesm import kernels\n"
+        "kernels.use_interpreter(True)\n"
+        "importlib.import_module('onlinesm.kernels.attention')\n"
+        "importlib.import_module('onlinesm.kernels.softmax')\n"
+        "from onlinesm.kernels import attention, softmax\n"
+        "from onlinesm.check import check_attention\n"
+        "q = torch.randn(1, 1, 4, 16)\n"
+        "print(attention(q, q, q, causal=True).shape == q.shape, float(softmax(torch.zeros(2, 4)).sum()),\n"
+        "      'causal' in inspect.signature(attention).parameters,\n"
+        "      'fully_masked' in inspect.signature(softmax).parameters)\n"
+        "r = check_attention(attention, dtypes=('float32',), head_dims=(16,), max_seq_q=8, max_seq_k=8,\n"
+        "                    max_examples=2, seed=0, database=False, save_failures=False,\n"
+        "                    raise_on_failure=False)\n"
+        "print(r.passed)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["True", "2.0", "True", "True", "True"], out.stdout

@@ -26,8 +26,10 @@ shape does not compile and benchmark every tile candidate (see ``kernels/pinning
 from __future__ import annotations
 
 import importlib
+import inspect
 import os
 import sys
+import types
 from typing import Any
 
 from onlinesm.kernels.pinning import PIN_ENV, configs_pinned, pinned_configs
@@ -112,6 +114,27 @@ def use_interpreter(flag: bool | None = None) -> bool:
             )
     os.environ[_ENV] = "1" if want else "0"
     return want
+
+
+class KernelModule(types.ModuleType):
+    """A kernel module that is also its kernel (``onlinesm.kernels.softmax``, ``.attention``).
+
+    An import of the submodule before the first ``from onlinesm.kernels import attention``
+    (``import onlinesm.kernels.attention``, ``from onlinesm.kernels.attention import ...``)
+    binds the *module* to the package's attribute of the function's name, and that import
+    then returns the module. Calling the module calls the function, and ``inspect.signature``
+    sees the function's, so every spelling gives a kernel that runs and can be checked.
+    """
+
+    def _kernel(self) -> Any:
+        return getattr(self, self.__name__.rsplit(".", 1)[-1])
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self._kernel()(*args, **kwargs)
+
+    @property
+    def __signature__(self) -> inspect.Signature:
+        return inspect.signature(self._kernel())
 
 
 def _kernel_module(name: str) -> Any:

@@ -67,7 +67,6 @@ from __future__ import annotations
 import functools
 import os
 import sys
-import types
 from typing import Any
 
 import torch
@@ -86,7 +85,7 @@ from onlinesm.kernels.softmax_plan import (
     split_exchange,
 )
 
-from onlinesm.kernels import interpreting
+from onlinesm.kernels import KernelModule, interpreting
 
 __all__ = [
     "softmax",
@@ -1090,12 +1089,5 @@ def _variant(bounded: Any, specialised: Any) -> Any:
     return bounded if (INTERPRETED or configs_pinned()) else specialised
 
 
-class _CallableModule(types.ModuleType):
-    """``import onlinesm.kernels.softmax`` binds this module where the function is expected;
-    calling the module calls the function, so both spellings work."""
-
-    def __call__(self, *args: Any, **kwargs: Any) -> torch.Tensor:
-        return softmax(*args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallableModule
+# the module calls softmax() too: see KernelModule
+sys.modules[__name__].__class__ = KernelModule
