@@ -884,8 +884,9 @@ def _launch_plan(x2: torch.Tensor, y2: torch.Tensor, path: str, max_on_chip: int
             # 16 bytes read such a row unwindowed, with the aligned rows' launch.
             t_wide = {**t, **t["off_sector_overrides"], **(tuning or {})}
             wide = _shift(itemsize, align, x2, y2, int(t_wide["split_window_bytes"]))
-            p_wide = plan(n_cols + wide - 1, path="split", tile=tile, tuning=t_wide,
-                          itemsize=itemsize, interpreted=INTERPRETED)
+            if wide > shift:
+                p_wide = plan(n_cols + wide - 1, path="split", tile=tile, tuning=t_wide,
+                              itemsize=itemsize, interpreted=INTERPRETED)
         if wide > shift and p_wide.split * p_wide.block >= n_cols + wide - 1:
             t, p, shift = t_wide, p_wide, wide
     if shift > 1 and p.path == "stream" and not _window_fits(x2, shift):
