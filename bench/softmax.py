@@ -78,7 +78,6 @@ def variants(n: int, itemsize: int) -> list[tuple[str, dict[str, Any]]]:
       262,144), all in 32 lanes at least. 16-bit rows of 8k-49k: ``split c4096 w2 x10
       packed st3 loads`` (shipped for
       rows of 16,385-23,552 and windows of 8k-32k), ``... w4 x8 ...``, ``c2048 w2 x16``.
-    * ``chip capR``: the shipped launch of a short odd row with registers capped at R.
     * ``chip tail eptE [stS]``: on chip as a power-of-two block and a smaller power-of-two
       tail past it (17,000 = 16,384 + a tail) with E elements per thread, past 16,384 with S
       pipelined stages or none; ``... cap64``: registers capped at 64 (two 16-warp programs
@@ -113,10 +112,6 @@ def variants(n: int, itemsize: int) -> list[tuple[str, dict[str, Any]]]:
             min_elems_per_program=2048, elems_per_thread=32))))
         out.append(("chip m4096 ept32", dict(path="on_chip", tuning=dict(
             min_elems_per_program=4096, elems_per_thread=32, unaligned_elems_per_program=0))))
-        # the shipped launch under a register cap: loaded element by element, bf16 1001 holds
-        # 80 registers and runs 12 programs per SM (Nsight Compute: 37.5% occupancy)
-        for cap in (64, 48):
-            out.append((f"chip cap{cap}", dict(path="auto", tuning=dict(chip_maxnreg=cap))))
     if n <= 2048:  # short rows: how many elements a program takes, and per thread
         for per_program in (1024, 2048, 8192, 16384):
             out.append((f"chip m{per_program}", dict(path="on_chip", tuning=dict(
