@@ -509,11 +509,13 @@ def test_long_rows_split_on_the_gpu_stream_under_the_interpreter():
     assert split(131072, 2) == (4096, 32, True)
     assert split(262145, 2) == (8192, 33, True)
     assert tuned(262144, 2, "auto", None)["split_warps"] == 4  # five 4-warp programs per SM
-    # 16-bit rows: aligned rows of 32,769-40,960 split too (3 chunks of 16,384 on chip would
-    # pad them by 20% or more), longer ones up to 49,152 stay on chip; 32,769-131,072 with
-    # the exchange a row ahead (chunks of 2048 ten per SM up to 65,536, of 4096 five per SM
-    # past it), then chunks of 8192 five per SM
+    # 16-bit rows: aligned rows of 24,577-40,960 split too (on chip, 32,768 in 16 warps ran
+    # 3-5 points behind; 3 chunks of 16,384 would pad 32,769-40,960 by 20% or more), longer
+    # ones up to 49,152 stay on chip; 24,577-131,072 with the exchange a row ahead (chunks
+    # of 2048 ten per SM up to 65,536, of 4096 five per SM past it), then chunks of 8192
+    # five per SM
     for n, chunk, per_sm, ahead in (
+            (24577, 2048, 10, True), (28672, 2048, 10, True), (32768, 2048, 10, True),
             (32769, 2048, 10, True), (35840, 2048, 10, True), (35841, 2048, 10, True),
             (40960, 2048, 10, True), (49153, 2048, 10, True), (65536, 2048, 10, True),
             (65537, 4096, 5, True), (131072, 4096, 5, True), (131073, 8192, 5, False),
@@ -529,7 +531,11 @@ def test_long_rows_split_on_the_gpu_stream_under_the_interpreter():
             chunk, per_sm, True), n
         assert tuned(n, 4, "auto", None, True)["split_exchange_ahead"] is False, n
     assert sm.plan(40961, itemsize=2, interpreted=False).path == "on_chip"
-    assert sm.plan(32768, itemsize=2, interpreted=False).path == "on_chip"
+    assert sm.plan(32768, itemsize=2, interpreted=False).path == "split"
+    assert sm.plan(24576, itemsize=2, interpreted=False).path == "on_chip"  # 3 x 8192, level
+    # ... and odd rows there (windows) in small chunks, not ahead
+    assert (tuned(28673, 2, "auto", None, True)["split_chunk"],
+            tuned(28673, 2, "auto", None, True)["split_exchange_ahead"]) == (4096, False)
     # the poll in PTX with relaxed loads, the row loop pipelined: fp32 rows in 2 stages,
     # windows too; 16-bit rows in 3, windows (odd rows) in chunks of 8192 five per SM from
     # 49,153 up to 262,144 and past it not pipelined
@@ -550,7 +556,7 @@ def test_long_rows_split_on_the_gpu_stream_under_the_interpreter():
     # ... unless 3 chunks pad less: then 128 per thread (12,288 = 3 x 4096 in 4 warps), and
     # 16-bit rows up to 49,152 stay on chip that way
     for n, chunks, warps, stages in ((3000, 3, 1, 1), (12288, 3, 4, 1), (8000, 1, 4, 1),
-                                     (24576, 3, 8, 3), (32768, 1, 16, 3), (45056, 3, 16, 3)):
+                                     (24576, 3, 8, 3), (45056, 3, 16, 3)):
         p = sm.plan(n, itemsize=2, interpreted=False)
         assert (p.path, p.chunks, p.num_warps, p.stages) == ("on_chip", chunks, warps, stages), n
 
@@ -748,7 +754,7 @@ def _hard_rows(n: int, dtype) -> torch.Tensor:
 @requires_cuda
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("n", [1000, 4096, 5001, 9000, 12289, 17000, 18000, 20001, 21000, 24576,
-                               32768, 32769, 33000, 34000, 36000, 36008, 40001,
+                               28680, 32768, 32769, 33000, 34000, 36000, 36008, 40001,
                                50257, 52008, 65536, 65537, 98304, 131072 + 3, 151936, 262137,
                                262144, 300_000,
                                (1 << 20) + 3])

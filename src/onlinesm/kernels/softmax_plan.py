@@ -232,6 +232,11 @@ TUNING: dict[str, Any] = {
 #: chunks of 2048) rather than as 128-byte windows without it: bf16 21,000 / 33,000 / 36,008
 #: at 88.6 / 88.8 / 89.5% against 86.3 / 86.8 / 88.5% (odd N lost with it: 50,257 / 100,001
 #: at 77 / 74% against 88 / 89%; chunks of 4096 in 4 warps lost everywhere).
+#: Nineteenth round (medians of 3, % of copy): aligned 16-bit rows of 24,577-32,768 split with
+#: the exchange a row ahead in chunks of 2048 instead of on chip (32,768 in 16 warps,
+#: pipelined): bf16 28,672 / 32,768 at 93.3 / 93.0 against 90.4 / 88.5, fp16 93.7 / 93.2
+#: against 90.0 / 90.3 (at 24,576, on chip as 3 x 8192, level in bf16: it stays); fp32 rows of
+#: 513-1024 one per program.
 #: Rows just past a power of two on chip as that block and a smaller power-of-two tail (widened
 #: to one 16-byte vector per thread), instead of split in small chunks or padded (one run, % of
 #: copy): bf16 / fp16 17,000 / 18,000 / 20,000 at 90.0 / 94.0 / 97.6% and 91.2 / 94.8 / 97.8%
@@ -307,7 +312,11 @@ _16_AHEAD_KEEP = dict(window_overrides=_SPLIT_16_8K_WINDOWS,
 _WINDOWS_16_SMALL = dict(window_overrides=dict(_SPLIT_16_SMALL, max_on_chip=8192))
 PLAN_TABLE: list[tuple[int, int, int, dict[str, Any]]] = [
     (4, 0, 96, dict(unaligned_elems_per_program=512)),
-    (4, 96, 2048, dict(unaligned_elems_per_program=1024)),
+    # aligned rows of 513-1024 one per program (2 warps), not four (H200, medians of 3:
+    # 1000 / 1024 at 100.9 / 100.1% of copy against 98.7 / 97.0%; level at 2048)
+    (4, 96, 512, dict(unaligned_elems_per_program=1024)),
+    (4, 512, 1024, dict(unaligned_elems_per_program=1024, min_elems_per_program=1024)),
+    (4, 1024, 2048, dict(unaligned_elems_per_program=1024)),
     (4, 4096, 6144, dict(window_overrides=dict(_SPLIT_FP32_SMALL, split_chunk=4096,
                                                split_programs_per_sm=8, max_on_chip=4096))),
     # aligned rows just past a power of two on chip as that block and a tail (8192 + 2048
@@ -353,7 +362,10 @@ PLAN_TABLE: list[tuple[int, int, int, dict[str, Any]]] = [
                            off_sector_overrides=_OFF_SECTOR_UNWINDOWED)),
     (2, 23552, 24576, dict(chip_chunked=True, chunk_elems_per_thread=128, chip_stages=3,
                            **_WINDOWS_16_SMALL)),
-    (2, 24576, 32768, dict(elems_per_thread=64, **_WINDOWS_16_SMALL)),
+    # aligned rows of 24,577-32,768 split with the exchange a row ahead in chunks of 2048,
+    # rows off a sector unwindowed (as from 32,769), windows (odd N) in small chunks
+    (2, 24576, 32768, dict(_SPLIT_16_AHEAD_2K, max_on_chip=16384,
+                           off_sector_overrides=_OFF_SECTOR_UNWINDOWED, **_WINDOWS_16_SMALL)),
     # Long rows split across programs exchanging (m, d) as one self-flagging word polled in
     # one PTX loop with relaxed loads, the row loop pipelined in 3 stages (the next row's
     # chunk copied into shared memory while this row waits). Up to 131,072 with the exchange
