@@ -259,6 +259,10 @@ def test_short_rows_off_the_vector_boundary_take_smaller_programs():
     assert launch(255, torch.bfloat16) == ("on_chip", 256, 4, 1)
     assert launch(511, torch.float16) == ("on_chip", 512, 4, 1)
     assert launch(3001, torch.float32)[2] == 1  # past the range: unchanged
+    # aligned fp32 rows of 513-1024 one per program (2 warps), the rows around them packed
+    assert launch(1000, torch.float32) == ("on_chip", 1024, 1, 1)
+    assert launch(1024, torch.float32) == ("on_chip", 1024, 1, 1)
+    assert launch(512, torch.float32)[2] == 8 and launch(2048, torch.float32)[2] == 2
     # odd 16-bit rows of 513-2048: 32 elements per thread (two rows of 1001 in 2 warps)
     x = torch.empty(64, 1001, dtype=torch.bfloat16, device=DEVICE)
     p, _, _, shift = sm._launch_plan(x, torch.empty_like(x), "auto", None, None, None)
