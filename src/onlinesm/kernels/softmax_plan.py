@@ -475,7 +475,7 @@ def plan(
     ``windowed``: rows handled as aligned windows (odd N; ``n_cols`` is then the window's
     width), which take their PLAN_TABLE row's ``window_overrides``.
 
-    >>> plan(1000, interpreted=False)
+    >>> plan(1000, itemsize=2, interpreted=False)  # four bf16 rows of 1000 per program
     Plan(path='on_chip', block=1024, rows_per_program=4, split=1, num_warps=8, stages=1, chunks=1, tail=0)
     >>> plan(131072, itemsize=2, interpreted=False).path
     'split'
