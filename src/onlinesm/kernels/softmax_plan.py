@@ -99,7 +99,7 @@ TUNING: dict[str, Any] = {
     # it waits for row r's: the wait that bounds split rows (Nsight Compute: latency) then
     # finds the other parts of row r published a whole part earlier. Two parts are live in
     # registers across the wait (packed exchange only), so it runs in half the part per
-    # thread. PLAN_TABLE turns it on for aligned 16-bit split rows (20k-23k, 33k-131k) and
+    # thread. PLAN_TABLE turns it on for aligned 16-bit split rows (20k-23k, 24,577-131k) and
     # fp32 split rows (past 49k; H200, medians of 3: bf16 52,000 91% of copy against 87%, fp32
     # 524,288 94% against 86%); windows lost with it and keep it off.
     "split_exchange_ahead": False,
@@ -281,7 +281,7 @@ _SPLIT_16_8K = dict(_SPLIT_16_BIT, split_chunk=8192, split_warps=4)
 # 100,001 88% against 84%, 262,137 85% against 76%)
 _SPLIT_16_8K_WINDOWS = dict(_SPLIT_16_8K, split_programs_per_sm=5)
 # The exchange a row ahead (split_exchange_ahead: two parts live across the wait, so half the
-# part per thread): aligned 16-bit rows of 20,481-23,552 and 32,769-65,536 in chunks of 2048
+# part per thread): aligned 16-bit rows of 20,481-23,552 and 24,577-65,536 in chunks of 2048
 # in 2 warps, ten per SM, of 65,537-131,072 in chunks of 4096 in 4 warps, five per SM; fp32
 # rows of 49,153-131,072 in the first shape, past 131,072 in the second. Rows the split kernel
 # reads as windows lost with it (bf16 33,000: 77% of copy against 87%, 100,001 66-75% against
@@ -301,7 +301,7 @@ _SPLIT_FP32_AHEAD = dict(_SPLIT_FP32_LONG, **_AHEAD, split_chunk=4096, split_pro
 _SPLIT_FP32_AHEAD_2K = dict(_SPLIT_FP32_AHEAD, split_chunk=2048, split_warps=2,
                             split_programs_per_sm=10)
 # ... windows and off-sector rows of 36k-131k in chunks of 8192 five per SM
-# ... rows off a 32-byte sector of 20k-23k and 32k-41k read unwindowed (16-byte windows: each
+# ... rows off a 32-byte sector of 20k-23k and 24,577-41k read unwindowed (16-byte windows: each
 # warp's loads straddle sectors) with the aligned rows' launch, the exchange a row ahead in
 # chunks of 2048 (H200, bf16, medians of 3: 21,000 / 33,000 / 36,008 at 88.6 / 88.8 / 89.5%
 # of copy against 86.3 / 86.8 / 88.5% as 128-byte windows without it)
@@ -313,10 +313,10 @@ _WINDOWS_16_SMALL = dict(window_overrides=dict(_SPLIT_16_SMALL, max_on_chip=8192
 PLAN_TABLE: list[tuple[int, int, int, dict[str, Any]]] = [
     (4, 0, 96, dict(unaligned_elems_per_program=512)),
     # aligned rows of 513-1024 one per program (2 warps), not four (H200, medians of 3:
-    # 1000 / 1024 at 100.9 / 100.1% of copy against 98.7 / 97.0%; level at 2048)
-    (4, 96, 512, dict(unaligned_elems_per_program=1024)),
+    # 1000 / 1024 at 100.9 / 100.1% of copy against 98.7 / 97.0%; level at 2048); the first
+    # row that holds a length wins, so the rest of 97-2048 falls to the next one
     (4, 512, 1024, dict(unaligned_elems_per_program=1024, min_elems_per_program=1024)),
-    (4, 1024, 2048, dict(unaligned_elems_per_program=1024)),
+    (4, 96, 2048, dict(unaligned_elems_per_program=1024)),
     (4, 4096, 6144, dict(window_overrides=dict(_SPLIT_FP32_SMALL, split_chunk=4096,
                                                split_programs_per_sm=8, max_on_chip=4096))),
     # aligned rows just past a power of two on chip as that block and a tail (8192 + 2048
