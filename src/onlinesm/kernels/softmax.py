@@ -212,7 +212,10 @@ def _row_window(rows64, stride_xm, stride_ym, n_cols, SHIFT: tl.constexpr):
     if SHIFT > 1:
         x_base = start_x // SHIFT * SHIFT
         y_base = rows64 * stride_ym // SHIFT * SHIFT  # the same first in y (launcher checked)
-        first = start_x - x_base
+        # Offsets within the window in 32 bits: first < SHIFT and v_hi < first + n_cols, so
+        # they fit, and every mask built from them is one 32-bit comparison per vector, not
+        # a 64-bit one (two instructions) as with the row's 64-bit start.
+        first = (start_x - x_base).to(tl.int32)
         v_lo = (first + SHIFT - 1) // SHIFT * SHIFT  # 0 or SHIFT: the head's loose elements end here
         v_hi = (first + n_cols) // SHIFT * SHIFT  # the tail's loose elements start here
     else:
