@@ -307,7 +307,8 @@ def test_rows_of_4k_to_262k_split_where_on_chip_pads_or_windows_lose():
     # ahead), on chip past it
     assert launch(40000) == ("split", 2048, 20, 2)
     assert launch(45000)[0] == "on_chip"
-    assert launch(100001, windowed=True) == ("split", 8192, 13, 4)  # 49k-262k: chunks of 8192
+    assert launch(100001, windowed=True) == ("split", 4096, 25, 2)  # 49k-131k: chunks of 4096
+    assert launch(150001, windowed=True) == ("split", 8192, 19, 4)  # 131k-262k: of 8192
     assert launch(300001, windowed=True) == ("split", 8192, 37, 4)
     # fp32 windows where the on-chip block pads most: 4k-6k in chunks of 4096, 8k-32k in
     # chunks of 2048, both in 2 warps; 7,001 and aligned rows stay on chip
@@ -541,13 +542,14 @@ def test_long_rows_split_on_the_gpu_stream_under_the_interpreter():
     assert (tuned(28673, 2, "auto", None, True)["split_chunk"],
             tuned(28673, 2, "auto", None, True)["split_exchange_ahead"]) == (4096, False)
     # the poll in PTX with relaxed loads, the row loop pipelined: fp32 rows in 2 stages,
-    # windows too; 16-bit rows in 3, windows (odd rows) in chunks of 8192 five per SM from
-    # 49,153 up to 262,144 and past it not pipelined
+    # windows too; 16-bit rows in 3, windows (odd rows) too: in chunks of 4096 from 49,153
+    # to 131,072, of 8192 past it
     knobs = ("split_stages", "split_chunk", "split_poll_loads")
     for n, itemsize, windowed, want in (
             (49153, 4, False, (3, 2048, True)), (1 << 21, 4, True, (2, 8192, True)),
-            (49153, 2, False, (3, 2048, True)), (49153, 2, True, (3, 8192, True)),
-            (262144, 2, True, (3, 8192, True)), (262145, 2, True, (1, 8192, True)),
+            (49153, 2, False, (3, 2048, True)), (49153, 2, True, (3, 4096, True)),
+            (131072, 2, True, (3, 4096, True)), (131073, 2, True, (3, 8192, True)),
+            (262144, 2, True, (3, 8192, True)), (262145, 2, True, (3, 8192, True)),
             (1 << 21, 2, False, (3, 8192, True))):
         t = tuned(n, itemsize, "auto", None, windowed)
         assert tuple(t[k] for k in knobs) == want, (n, itemsize, windowed)
@@ -1089,10 +1091,13 @@ def test_the_shipped_split_launches_do_not_spill():
     rows.append(longest)
     # 16-bit rows of 8k-262k in chunks of 4096: 2 warps (windows 12,289, 21,001 and
     # 30,001; windows of 20,001 spill 36 bytes under triton 3.9, none under 3.6), 4 warps
-    # (windows of 33,001), and 8192 in 4 warps (windows of 40,001 and 262,137)
-    small = _split_ptxas("--dtypes", "bfloat16", "--ns", "12289,21001,30001,33001,40001,262137")
+    # (windows of 33,001), and 8192 in 4 warps (windows of 40,001, 262,137 and, pipelined in
+    # 3 stages like the aligned rows, 300,007)
+    small = _split_ptxas("--dtypes", "bfloat16", "--ns",
+                         "12289,21001,30001,33001,40001,262137,300007")
     assert [(r["options"]["CHUNK"], r["options"]["num_warps"]) for r in small] == [
-        (4096, 2), (4096, 2), (4096, 2), (4096, 4), (8192, 4), (8192, 4)]
+        (4096, 2), (4096, 2), (4096, 2), (4096, 4), (8192, 4), (8192, 4), (8192, 4)]
+    assert small[-1]["options"]["STAGES"] == 3
     rows += small
     # fp32 windows of 4k-32k: chunks of 4096 and 2048 in 2 warps
     rows += _split_ptxas("--dtypes", "float32", "--ns", "5001,20001")

@@ -237,6 +237,16 @@ TUNING: dict[str, Any] = {
 #: pipelined): bf16 28,672 / 32,768 at 93.3 / 93.0 against 90.4 / 88.5, fp16 93.7 / 93.2
 #: against 90.0 / 90.3 (at 24,576, on chip as 3 x 8192, level in bf16: it stays); fp32 rows of
 #: 513-1024 one per program.
+#: Twentieth round (medians of 3, % of copy): a window's offsets in 32 bits (one 32-bit
+#: comparison per vector in its masks, not a 64-bit one) lifted bf16 odd rows 2-4 points
+#: (12,289 / 50,257 / 4,097 at 88.4 / 89.5 / 87.7 against 84.1 / 88.3 / 83.5), and changed
+#: two windows' launches: 16-bit windows of 49,153-131,072 in chunks of 4096 (2 warps, ten
+#: per SM) instead of 8192 five per SM (bf16 50,257 / 65,537 / 100,001 at 90.7 / 90.4 / 90.2
+#: against 89.2 / 89.7 / 89.5; at 36,001-45,001 chunks of 8192 stay ahead or level), and
+#: windows wider than 262,144 pipelined in 3 stages like the aligned rows (bf16 262,143 /
+#: 300,007 / 524,287 / 1,048,575 at 88.3 / 86.4 / 85.5 / 69.2 against 79.0 / 76.6 / 64.3 /
+#: 58.4 in one stage; 128-byte windows compile without the spill that kept 16-byte ones in
+#: one stage).
 #: Rows just past a power of two on chip as that block and a smaller power-of-two tail (widened
 #: to one 16-byte vector per thread), instead of split in small chunks or padded (one run, % of
 #: copy): bf16 / fp16 17,000 / 18,000 / 20,000 at 90.0 / 94.0 / 97.6% and 91.2 / 94.8 / 97.8%
@@ -306,8 +316,10 @@ _SPLIT_FP32_AHEAD_2K = dict(_SPLIT_FP32_AHEAD, split_chunk=2048, split_warps=2,
 # chunks of 2048 (H200, bf16, medians of 3: 21,000 / 33,000 / 36,008 at 88.6 / 88.8 / 89.5%
 # of copy against 86.3 / 86.8 / 88.5% as 128-byte windows without it)
 _OFF_SECTOR_UNWINDOWED = dict(split_window_bytes=16)
-_16_AHEAD_KEEP = dict(window_overrides=_SPLIT_16_8K_WINDOWS,
-                      off_sector_overrides=_SPLIT_16_8K_WINDOWS)
+# ... of 49,153-131,072: windows (odd N) in chunks of 4096 (2 warps, ten per SM), rows off a
+# sector as 128-byte windows in chunks of 8192 five per SM
+_16_AHEAD_SMALL_WINDOWS = dict(window_overrides=_SPLIT_16_SMALL,
+                               off_sector_overrides=_SPLIT_16_8K_WINDOWS)
 # 16-bit windows of 8k-32k: split in small chunks (the ones up to 8192 stay on chip)
 _WINDOWS_16_SMALL = dict(window_overrides=dict(_SPLIT_16_SMALL, max_on_chip=8192))
 PLAN_TABLE: list[tuple[int, int, int, dict[str, Any]]] = [
@@ -373,8 +385,9 @@ PLAN_TABLE: list[tuple[int, int, int, dict[str, Any]]] = [
     # five per SM, past it; then 8192 elements in 4 warps, five per SM. From 32,769 to 40,960
     # too, which 3 chunks of 16,384 on chip pad by 20% or more; the rows of 40,961-49,152 stay
     # on chip.
-    # Windows (odd N) of 35,841-262,144 in chunks of 8192 five per SM, past it in one stage,
-    # of 32,769-35,840 in chunks of 4096 eight per SM (five parts of 8192 just past 32,768
+    # Windows (odd N) of 35,841-49,152 and 131,073-262,144 in chunks of 8192 five per SM, of
+    # 49,153-131,072 in chunks of 4096 ten per SM, past 262,144 as the aligned rows, of
+    # 32,769-35,840 in chunks of 4096 eight per SM (five parts of 8192 just past 32,768
     # leave each program a short part and a whole program group to pay for). Rows off a
     # 32-byte sector of 32,769-40,960 unwindowed as the aligned rows, of 49,153-262,144 as
     # the windows.
@@ -384,12 +397,12 @@ PLAN_TABLE: list[tuple[int, int, int, dict[str, Any]]] = [
                            off_sector_overrides=_OFF_SECTOR_UNWINDOWED)),
     (2, 40960, 49152, dict(max_on_chip=49152, chip_chunked=True, chunk_elems_per_thread=128,
                            window_overrides=dict(_SPLIT_16_8K_WINDOWS, max_on_chip=32768))),
-    (2, 49152, 65536, dict(_SPLIT_16_AHEAD_2K, **_16_AHEAD_KEEP)),
-    (2, 65536, 131072, dict(_SPLIT_16_AHEAD_4K, **_16_AHEAD_KEEP)),
+    (2, 49152, 65536, dict(_SPLIT_16_AHEAD_2K, **_16_AHEAD_SMALL_WINDOWS)),
+    (2, 65536, 131072, dict(_SPLIT_16_AHEAD_4K, **_16_AHEAD_SMALL_WINDOWS)),
     (2, 131072, 262144, dict(_SPLIT_16_8K, split_programs_per_sm=5,
                              window_overrides=_SPLIT_16_8K_WINDOWS)),
-    (2, 262144, 1 << 21, dict(_SPLIT_16_8K, split_programs_per_sm=5,
-                              window_overrides=dict(split_stages=1))),
+    # past 262,144 windows too run the aligned rows' launch (pipelined in 3 stages)
+    (2, 262144, 1 << 21, dict(_SPLIT_16_8K, split_programs_per_sm=5)),
 ]
 
 
@@ -560,7 +573,7 @@ def split_exchange(t: dict[str, Any], split: int) -> SplitExchange:
     >>> str(split_exchange(_tuning(131072, 2, "auto", None), 32))
     'packed st3 asm loads l32 ahead'
     >>> str(split_exchange(_tuning(300007, 2, "auto", None, windowed=True), 37))
-    'packed st1 asm loads l64'
+    'packed st3 asm loads l64'
     """
     packed = bool(t["split_packed"])
     stages = int(t["split_stages"]) if packed else 1  # the pipelined loop needs the PTX poll
