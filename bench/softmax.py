@@ -143,7 +143,10 @@ def variants(n: int, itemsize: int) -> list[tuple[str, dict[str, Any]]]:
                     out.append((f"chip chunks ept128 st{st}", dict(path="on_chip", tuning=dict(
                         chip_chunked=True, chunk_elems_per_thread=128, chip_stages=st,
                         chip_pipelined_block_16bit=1 << 30))))
-    _, _, tail = _chunking(n, chunks=False, tail=True)
+    # (an odd 16-bit row on chip is one window, up to 7 columns wider: 8191 is 8192 + a tail)
+    vec = 16 // itemsize
+    width = n + vec - 1 if n % vec and itemsize == 2 else n
+    _, _, tail = _chunking(width, chunks=False, tail=True)
     if tail and 4096 < n <= 65536:  # a power-of-two block and a smaller tail past it
         epts = (32, 64) if itemsize == 2 else (16, 32)
         for ept in epts:
