@@ -284,11 +284,13 @@ _SPLIT_16_WINDOWS = dict(_SPLIT_16_BIT, split_chunk=4096, split_warps=4, split_p
 # chunks of 8192 in 4 warps for long 16-bit rows: four programs per SM (registers capped at
 # 128) up to 131,072, five (capped at 96) past it
 _SPLIT_16_8K = dict(_SPLIT_16_BIT, split_chunk=8192, split_warps=4)
-# ... five per SM (capped at 96) for 16-bit windows of 36k-262k: 16-byte windows had spilled
-# 44 bytes in this shape (triton 3.6); 128-byte windows compile without a spill (triton 3.9,
-# bench/split_ptxas.py; tests/test_kernel_softmax.py checks it) and ran 3-9 points of
-# copy bandwidth ahead of chunks of 4096 (H200, bf16, medians of 3: 40,001 92% against 87%,
-# 100,001 88% against 84%, 262,137 85% against 76%)
+# ... five per SM (capped at 96) for 16-bit windows of 36k-49k and 131k-262k and rows off a
+# sector of 49k-262k: 16-byte windows had spilled 44 bytes in this shape (triton 3.6);
+# 128-byte windows compile without a spill (triton 3.9, bench/split_ptxas.py;
+# tests/test_kernel_softmax.py checks it) and ran 3-9 points of copy bandwidth ahead of
+# chunks of 4096 in 4 warps eight per SM (H200, bf16, medians of 3: 40,001 92% against 87%,
+# 100,001 88% against 84%, 262,137 85% against 76%; windows of 49k-131k have since moved to
+# chunks of 4096 in 2 warps ten per SM)
 _SPLIT_16_8K_WINDOWS = dict(_SPLIT_16_8K, split_programs_per_sm=5)
 # The exchange a row ahead (split_exchange_ahead: two parts live across the wait, so half the
 # part per thread): aligned 16-bit rows of 20,481-23,552 and 24,577-65,536 in chunks of 2048
@@ -310,7 +312,6 @@ _SPLIT_FP32_AHEAD = dict(_SPLIT_FP32_LONG, **_AHEAD, split_chunk=4096, split_pro
 # 90.6 / 90.2 / 92.2 / 91.6% for chunks of 8192 four per SM, which windows keep)
 _SPLIT_FP32_AHEAD_2K = dict(_SPLIT_FP32_AHEAD, split_chunk=2048, split_warps=2,
                             split_programs_per_sm=10)
-# ... windows and off-sector rows of 36k-131k in chunks of 8192 five per SM
 # ... rows off a 32-byte sector of 20k-23k and 24,577-41k read unwindowed (16-byte windows: each
 # warp's loads straddle sectors) with the aligned rows' launch, the exchange a row ahead in
 # chunks of 2048 (H200, bf16, medians of 3: 21,000 / 33,000 / 36,008 at 88.6 / 88.8 / 89.5%
