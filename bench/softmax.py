@@ -3,7 +3,8 @@
 GB/s counts one read and one write of x (2 * M * N * element size bytes) for every kernel, so
 the numbers compare directly with the device-to-device copy. All in one run, on the same
 tensors, timed with triton.testing.do_bench (median). Before timing, each kernel's output is
-checked against torch.softmax in float64 on a slice of rows (a quick guard, not the test suite).
+checked against torch.softmax in float64 on a slice of rows (a quick guard, not the test suite):
+a launch whose error only a broken kernel shows is reported WRONG and left out of the timings.
 
     python bench/softmax.py                    # bf16 and fp32, N in 1k..256k, ~1.5 GB tensors
     python bench/softmax.py --tune             # also time launch variants (for TUNING)
@@ -240,6 +241,23 @@ def variants(n: int, itemsize: int) -> list[tuple[str, dict[str, Any]]]:
     return out
 
 
+#: The largest error against float64 a kernel may show on the bench's rows (gaussian, scale 4,
+#: outputs at most 1) before its timing is left out as that of a wrong launch: ten times and
+#: more what correct kernels show (16-bit: rounding to the output, 2**-9 of at most 1; fp32: a
+#: few ulps), far below what a broken one does (a lost rescale, a wrong max: 1e-1 and up).
+WRONG_ABOVE = {2: 3e-2, 4: 1e-4}
+
+
+def plausible(abs_err: float, itemsize: int) -> bool:
+    """Whether a max abs error against float64 (``max_errors``) is one a correct kernel shows
+    in this element size; NaN or inf never is.
+
+    >>> plausible(2e-3, 2), plausible(0.2, 2), plausible(float("nan"), 4), plausible(1e-6, 4)
+    (True, False, False, True)
+    """
+    return abs_err <= WRONG_ABOVE[itemsize]  # (False for NaN)
+
+
 def max_errors(y: Any, x: Any) -> tuple[float, float]:
     """(max abs error, max rel error where exact is a normal number of y's dtype) of y vs
     float64 softmax of x (below that, fp16 flushes to subnormals or 0: relative error 1)."""
@@ -310,6 +328,11 @@ def main() -> None:
                         kw = dict(next((k for v, k in variants(n, itemsize) if v == name), {}))
                         y = sm.softmax(xs, **kw)
                     abs_err, rel_err = max_errors(y, xs)
+                    if not plausible(abs_err, itemsize):
+                        print(f"# {dname} N={n} {name}: WRONG: max abs error {abs_err:.3g} "
+                              f"against float64 (a correct kernel: <= {WRONG_ABOVE[itemsize]:g}); "
+                              "left out of the timings")
+                        continue
                     ms = time_ms(fn)
                 except Exception as e:  # noqa: BLE001 - a peer refusing a size is a result
                     print(f"# {dname} N={n} {name}: {type(e).__name__}: {str(e)[:120]}")

@@ -978,6 +978,23 @@ def _bench_variants():
     return _bench_module("softmax").variants
 
 
+def test_bench_softmax_leaves_out_launches_only_a_broken_kernel_explains():
+    # bench/softmax.py times a launch only if its output on the bench's rows is within what a
+    # correct kernel gives: a wrong launch must not enter a table as a fast one.
+    bench = _bench_module("softmax")
+    x = torch.randn(4, 1000, dtype=torch.float64, generator=torch.Generator().manual_seed(0)) * 4
+    exact = torch.softmax(x, dim=-1)
+    for dtype in (torch.bfloat16, torch.float16, torch.float32):
+        size = torch.empty(0, dtype=dtype).element_size()
+        good = exact.to(dtype)  # a correct kernel: the exact result, rounded
+        assert bench.plausible(bench.max_errors(good, x)[0], size), dtype
+        lost_rescale = torch.exp(x - x.max(-1, keepdim=True).values).to(dtype)  # no 1 / d
+        nan = good.clone()
+        nan[0, 0] = float("nan")
+        for bad in (lost_rescale, nan, torch.softmax(x * 1.1, dim=-1).to(dtype)):
+            assert not bench.plausible(bench.max_errors(bad, x)[0], size), dtype
+
+
 def test_ncu_softmax_cases_name_real_knobs_and_lengths():
     # bench/ncu_targets.py builds its softmax cases from their names (softmax_bf16_N[_V]) on
     # the GPU only: a misspelt variant knob or suffix would surface there, as a lost call.
