@@ -79,6 +79,8 @@ def variants(n: int, itemsize: int) -> list[tuple[str, dict[str, Any]]]:
       32k-36k in ``c4096 w4 x8``), all in 32 lanes at least. 16-bit rows of 8k-49k: ``split c4096 w2 x10
       packed st3 loads`` (shipped for
       rows of 16,385-23,552 and windows of 8k-32k), ``... w4 x8 ...``, ``c2048 w2 x16``.
+    * ``chip chunks tail eptE``: on chip as 3 power-of-two chunks and a smaller tail past
+      them (an odd 16-bit row of 12,289 is a window of 12,296: 3 x 4096 and a tail).
     * ``chip tail eptE [stS]``: on chip as a power-of-two block and a smaller power-of-two
       tail past it (17,000 = 16,384 + a tail) with E elements per thread, past 16,384 with S
       pipelined stages or none; ``... cap64``: registers capped at 64 (two 16-warp programs
@@ -148,6 +150,11 @@ def variants(n: int, itemsize: int) -> list[tuple[str, dict[str, Any]]]:
     vec = 16 // itemsize
     width = n + vec - 1 if n % vec and itemsize == 2 else n
     _, _, tail = _chunking(width, chunks=False, tail=True)
+    _, chunks3, tail3 = _chunking(width, chunks=True, chunks_tail=True)
+    if chunks3 == 3 and tail3 and 4096 < n <= 65536:  # 3 chunks and a tail (12,289's window)
+        for ept in (64, 128) if itemsize == 2 else (32, 64):
+            out.append((f"chip chunks tail ept{ept}", dict(path="on_chip", tuning=dict(
+                chip_chunked=True, chip_chunks_tail=True, chunk_elems_per_thread=ept))))
     if tail and 4096 < n <= 65536:  # a power-of-two block and a smaller tail past it
         epts = (32, 64) if itemsize == 2 else (16, 32)
         for ept in epts:

@@ -438,16 +438,20 @@ CHUNKED = dict(chip_chunked=True)
 
 #: ... and rows covered by a power-of-two block and a smaller tail (17,000 = 16,384 + a tail).
 TAILED = dict(chip_tail=True)
+#: ... or by 3 chunks and a tail smaller than one of them (200 = 3 x 64 + a tail), at 128
+#: elements per thread (in fewer warps the tail stays narrower than a chunk: not dropped).
+CHUNKS_TAILED = dict(chip_chunked=True, chip_chunks_tail=True, chunk_elems_per_thread=128)
 
 
-@pytest.mark.parametrize("tuning", [CHUNKED, TAILED, {**CHUNKED, **TAILED}],
-                         ids=["chunks", "tail", "both"])
+@pytest.mark.parametrize("tuning", [CHUNKED, TAILED, {**CHUNKED, **TAILED}, CHUNKS_TAILED],
+                         ids=["chunks", "tail", "both", "chunks_tail"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_chunked_on_chip_rows(dtype, tuning):
     seen = set()
     for n in (17, 40, 48, 100, 140, 192, 200, 255, 600):
         p = sm.plan(n, path="on_chip", tuning=tuning, itemsize=torch.empty(0, dtype=dtype).element_size())
-        block, chunks, tail = sp._chunking(n, "chip_chunked" in tuning, "chip_tail" in tuning)
+        block, chunks, tail = sp._chunking(n, "chip_chunked" in tuning, "chip_tail" in tuning,
+                                           "chip_chunks_tail" in tuning)
         assert p.block * p.chunks + p.tail >= n and (p.block, p.chunks) == (block, chunks)
         assert p.tail == 0 if not tail else tail <= p.tail < p.block  # widened to a vector
         seen.add((p.chunks, p.tail > 0))
@@ -460,8 +464,27 @@ def test_chunked_on_chip_rows(dtype, tuning):
         t = make(x, dtype)
         for fm in ("zeros", "nan"):
             check(t, run(t, "on_chip", tuning=tuning, fully_masked=fm), fm)
-    # 40 and 48 = 3 x 16, 192 = 3 x 64; 600 = 512 + a tail widened to a vector per thread
-    assert seen == {(1, False), (3, False)} if tuning is CHUNKED else (1, True) in seen
+    # 40 and 48 = 3 x 16, 192 = 3 x 64; 600 = 512 + a tail widened to a vector per thread;
+    # 100 and 200 = 3 x 32 and 3 x 64 + a tail
+    if tuning is CHUNKED:
+        assert seen == {(1, False), (3, False)}
+    else:
+        assert (3, True) in seen if tuning is CHUNKS_TAILED else (1, True) in seen
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_windows_as_three_chunks_and_a_tail(dtype):
+    # An odd row one per program (a window in 16-bit, element by element in fp32) held as 3
+    # chunks and a tail (1601: a window of 1608 = 3 x 512 + a tail of 256 in one warp).
+    x = make(_off_vector_rows(1601, dtype), dtype)
+    tuning = dict(CHUNKS_TAILED, chunk_elems_per_thread=128, **ONE_ROW)
+    p = sm.plan(1601 + _vec(dtype) - 1, path="on_chip", tuning=tuning, itemsize=x.element_size())
+    # 16-bit: the window's 72 columns past the chunks in a tail widened to a vector per
+    # thread; fp32: the row's 65 in a tail of 128
+    assert (p.block, p.chunks, p.num_warps) == (512, 3, 1)
+    assert p.tail == (256 if x.element_size() == 2 else 128)
+    for fm in ("zeros", "nan"):
+        check(x, run(x, "on_chip", tuning=tuning, fully_masked=fm), fm)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)

@@ -119,6 +119,10 @@ TUNING: dict[str, Any] = {
     # (17,000 = 16,384 + 1024 columns, not 32,768 or 3 x 8192; plan() widens the tail to one
     # 16-byte vector per thread)
     "chip_tail": False,
+    # ... or by 3 power-of-two chunks and a smaller power-of-two tail past them, when that pads
+    # less (an odd 16-bit row of 12,289, a window of 12,296 columns: 3 x 4096 + a tail, not
+    # 16,384; plan() widens the tail as for chip_tail)
+    "chip_chunks_tail": False,
     # elements per thread when the row is held as 3 chunks; 0: the same as elems_per_thread
     "chunk_elems_per_thread": 0,
     "chip_warps": 0,  # on-chip num_warps; 0: BLOCK_N * ROWS / (32 * elems_per_thread)
@@ -421,15 +425,19 @@ class Plan:
     tail: int = 0  # on_chip: and a smaller power-of-two block of columns past them (or none)
 
 
-def _chunking(n_cols: int, chunks: bool = True, tail: bool = False) -> tuple[int, int, int]:
-    """(block, chunks, tail): n_cols covered by one power-of-two block, by 3 (``chunks``), or
-    by one and a smaller power-of-two tail past it (``tail``), whichever pads least (on a tie
-    the fewer pieces).
+def _chunking(n_cols: int, chunks: bool = True, tail: bool = False,
+              chunks_tail: bool = False) -> tuple[int, int, int]:
+    """(block, chunks, tail): n_cols covered by one power-of-two block, by 3 (``chunks``), by
+    one and a smaller power-of-two tail past it (``tail``), or by 3 and a tail smaller than
+    one of them (``chunks_tail``), whichever pads least (on a tie the fewer pieces).
 
     12288 -> (4096, 3, 0), 3000 -> (1024, 3, 0), 1000 -> (1024, 1, 0); with the tail 17,000 ->
-    (16384, 1, 1024) (2.4% padded, where 3 x 8192 pads 45% and 32,768 93%). Two or four
-    equal blocks never pad less than one (2 * 2**k covers what 2**(k+1) does), so three is
-    the only other count.
+    (16384, 1, 1024) (2.4% padded, where 3 x 8192 pads 45% and 32,768 93%); with chunks and
+    a tail 12,296 -> (4096, 3, 16). Two or four equal blocks never pad less than one
+    (2 * 2**k covers what 2**(k+1) does), so three is the only other count.
+
+    >>> _chunking(12296), _chunking(12296, chunks_tail=True)
+    ((16384, 1, 0), (4096, 3, 16))
     """
     covers = [(max(16, _pow2(n_cols)), 1, 0)]
     if chunks:
@@ -437,6 +445,11 @@ def _chunking(n_cols: int, chunks: bool = True, tail: bool = False) -> tuple[int
     if tail and n_cols > 32:  # (at 32 or less the tail, 16 at least, is the block's width)
         block = _pow2(n_cols) // 2  # the largest power of two below n_cols
         covers.append((block, 1, max(16, _pow2(n_cols - block))))
+    if chunks_tail and n_cols > 3 * 32:
+        block = _pow2(-(-n_cols // 3)) // 2  # the largest power of two that 3 x fits in n_cols
+        rest = max(16, _pow2(n_cols - 3 * block))
+        if rest < block:  # (else one more block: the 3 chunks of the next power of two)
+            covers.append((block, 3, rest))
     return min(covers, key=lambda c: c[0] * c[1] + c[2])
 
 
@@ -507,7 +520,8 @@ def plan(
             path = "stream"
     if path == "on_chip":
         chunked, tailed = bool(t["chip_chunked"]), bool(t["chip_tail"])
-        p = _on_chip(_chunking(n_cols, chunked, tailed), t, itemsize)
+        p = _on_chip(_chunking(n_cols, chunked, tailed, bool(t["chip_chunks_tail"])), t,
+                     itemsize)
         # A tail of less than one 16-byte vector per thread loads in narrow pieces and is laid
         # out again through shared memory (bf16 17,000 in 16 warps with a tail of 1024: 66%
         # of copy against 98% for 20,000 with 4096): widen it to a vector per thread, or
