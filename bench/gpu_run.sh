@@ -23,7 +23,12 @@
 #         gluon_tune: the warp-specialized kernel's launch candidates
 #         (bench/gluon_attention.py --bench-ws; GLUON_TUNE_ARGS e.g. "--seqs 4096 --dims 64");
 #         ncu: Nsight Compute on the launches that miss their speed targets (bench/ncu_targets.py;
-#         NCU_CASES: an extended regex of the cases to run, all by default).
+#         NCU_CASES: an extended regex of the cases to run, all by default);
+#         ab: a kernel change timed against the code before it, in the same call: bench/softmax.py
+#         on this tree and on each .xfer/<name>/ (another commit's src/ and strategies/, made
+#         with `mkdir -p .xfer/base && git archive HEAD src strategies | tar -x -C .xfer/base`;
+#         untracked, so it travels with the tree), interleaved AB_RUNS times (3), then each
+#         tree's medians (AB_NS, AB_DTYPES; AB_ONLY: also the --tune candidates so named).
 # A run longer than one call's limit goes through bench/gpu_background.sh.
 # The machine has torch and triton but not onlinesm: it runs from src/ (with strategies/
 # linked in as onlinesm.strategies); wheels under .whl/ (Liger) are installed first.
@@ -109,6 +114,25 @@ for phase in "$@"; do
         grep -a -E "No kernels were profiled|Memory Throughput|DRAM Throughput|Compute \(SM\) Throughput|Achieved Occupancy|Theoretical Occupancy|Registers Per Thread|L2 Hit Rate|Duration|Warp Cycles Per Issued|Issue Slots Busy|Stall" "$OUT/ncu_$case.txt" | head -18
         start=$SECONDS
       done ;;
+    ab)
+      trees="$X"
+      for d in "$X"/.xfer/*/src; do [ -d "$d" ] && trees="$trees $(dirname "$d")"; done
+      tune=(); [ -n "${AB_ONLY:-}" ] && tune=(--tune --only "$AB_ONLY")
+      rm -rf /tmp/ab
+      for i in $(seq 1 "${AB_RUNS:-3}"); do
+        for t in $trees; do
+          name=$(basename "$t"); [ "$t" = "$X" ] && name=this
+          link "$t"
+          PYTHONPATH=$t/src:/tmp/site OUT=/tmp/ab/$name/run$i timeout "${AB_RUN_S:-120}" python3 bench/softmax.py \
+            ${tune[@]+"${tune[@]}"} --dtypes "${AB_DTYPES:-bfloat16}" --gb 0.5 --ns "${AB_NS:-12289,50257}" \
+            > "/tmp/ab_${name}_$i.log" 2>&1
+          echo "== ab $name run $i: rc=$? $((SECONDS - start)) s"
+        done
+      done
+      for d in /tmp/ab/*/; do
+        echo "### $(basename "$d")"; python3 bench/medians.py --only "${AB_ONLY:-}" "$d"run*/softmax.json
+      done | tee "$OUT/ab_medians.md"
+      tar czf "$OUT/ab_logs.tgz" /tmp/ab_*.log /tmp/ab 2>/dev/null ;;
     gluon)
       # The tests first, with a short limit: a kernel that deadlocks (mbarrier phases) stops
       # the phase there instead of hanging the bench too.
