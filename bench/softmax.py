@@ -76,9 +76,9 @@ def variants(n: int, itemsize: int) -> list[tuple[str, dict[str, Any]]]:
       lanes spill under the register cap). Shipped (the plan column says which): fp32 rows
       past 49,152 ``st2 loads``, 16-bit rows ``st3 loads`` (their windows of 36k-49k and
       past 131k in ``c8192 w4 x5 ... st3 loads``, of 49k-131k in ``c4096 w2 x10``, of
-      32k-36k in ``c4096 w4 x8``), all in 32 lanes at least. 16-bit rows of 8k-49k: ``split c4096 w2 x10
-      packed st3 loads`` (shipped for
-      rows of 16,385-23,552 and windows of 8k-32k), ``... w4 x8 ...``, ``c2048 w2 x16``.
+      32k-36k in ``c4096 w4 x8``), all in 32 lanes at least. 16-bit rows of 8k-49k:
+      ``split c4096 w2 x10 packed st3 loads`` (shipped for rows of 16,385-23,552 and
+      windows of 8k-32k), ``... w4 x8 ...``, ``c2048 w2 x16``.
     * ``chip chunks tail eptE``: on chip as 3 power-of-two chunks and a smaller tail past
       them (an odd 16-bit row of 12,289 is a window of 12,296: 3 x 4096 and a tail).
     * ``chip tail eptE [stS]``: on chip as a power-of-two block and a smaller power-of-two

@@ -477,7 +477,7 @@ def test_windows_as_three_chunks_and_a_tail(dtype):
     # An odd row one per program (a window in 16-bit, element by element in fp32) held as 3
     # chunks and a tail (1601: a window of 1608 = 3 x 512 + a tail of 256 in one warp).
     x = make(_off_vector_rows(1601, dtype), dtype)
-    tuning = dict(CHUNKS_TAILED, chunk_elems_per_thread=128, **ONE_ROW)
+    tuning = dict(CHUNKS_TAILED, **ONE_ROW)
     p = sm.plan(1601 + _vec(dtype) - 1, path="on_chip", tuning=tuning, itemsize=x.element_size())
     # 16-bit: the window's 72 columns past the chunks in a tail widened to a vector per
     # thread; fp32: the row's 65 in a tail of 128

@@ -382,7 +382,6 @@ def test_every_attention_family_appears() -> None:
     appears(strategy, *(lambda c, f=family: c.family == f for family in ATTENTION_FAMILIES))
 
 
-
 def test_the_planted_outliers_cannot_cancel():
     # The family's guaranteed outlier in k is planted on the one key of a head (seq_k = 1);
     # seed 1 plants it on an entry that already held an outlier of the other sign (-10.26):

@@ -446,7 +446,7 @@ def _chunking(n_cols: int, chunks: bool = True, tail: bool = False,
         block = _pow2(n_cols) // 2  # the largest power of two below n_cols
         covers.append((block, 1, max(16, _pow2(n_cols - block))))
     if chunks_tail and n_cols > 3 * 32:
-        block = _pow2(-(-n_cols // 3)) // 2  # the largest power of two that 3 x fits in n_cols
+        block = _pow2(-(-n_cols // 3)) // 2  # the largest power of two below n_cols / 3
         rest = max(16, _pow2(n_cols - 3 * block))
         if rest < block:  # (else one more block: the 3 chunks of the next power of two)
             covers.append((block, 3, rest))
