@@ -310,12 +310,18 @@ def test_rows_of_4k_to_262k_split_where_on_chip_pads_or_windows_lose():
     assert launch(100001, windowed=True) == ("split", 4096, 25, 2)  # 49k-131k: chunks of 4096
     assert launch(150001, windowed=True) == ("split", 8192, 19, 4)  # 131k-262k: of 8192
     assert launch(300001, windowed=True) == ("split", 8192, 37, 4)
-    # fp32 windows where the on-chip block pads most: 4k-6k in chunks of 4096, 8k-32k in
-    # chunks of 2048, both in 2 warps; 7,001 and aligned rows stay on chip
+    # 16-bit windows up to 9216 wide on chip, one per program, as a block and a tail
+    assert launch(8191, windowed=True) == ("on_chip", 8192, 1, 4)
+    assert sp.plan(8198, itemsize=2, interpreted=False, windowed=True).tail == 1024
+    assert launch(9210, windowed=True) == ("split", 4096, 3, 2)
+    # fp32 windows where the on-chip block pads most: 9k-32k in chunks of 2048 in 2 warps;
+    # 4k-6k and 8k-9k on chip as a block and a tail (test_odd_rows_of_4k_to_9k_on_chip...),
+    # 7,001 and aligned rows on chip
     def fp32(n: int, windowed: bool = True) -> tuple:
         return launch(n, windowed, itemsize=4)
 
-    assert fp32(5001) == ("split", 4096, 2, 2)
+    assert fp32(5001)[0] == fp32(9001)[0] == "on_chip"
+    assert fp32(9217) == ("split", 2048, 5, 2)
     assert fp32(12289) == ("split", 2048, 7, 2)
     assert fp32(30001) == ("split", 2048, 15, 2)
     assert fp32(7001)[0] == fp32(12288, windowed=False)[0] == "on_chip"
@@ -499,6 +505,21 @@ def test_tailed_rows_as_windows_packed_and_persistent(dtype):
         assert (p.block, p.tail) == (512, 32 * p.num_warps * _vec(dtype) // p.rows_per_program)
         for fm in ("zeros", "nan"):
             check(x, run(x, "on_chip", tuning={**TAILED, **extra}, fully_masked=fm), fm)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_odd_rows_of_4k_to_9k_on_chip_as_a_block_and_a_tail(dtype):
+    # The shipped plan: odd rows of 4097-6144 and 8193-9216 columns (16-bit: their windows'
+    # width) on chip as a power-of-two block and a tail, 16-bit rows as one window each,
+    # fp32 rows element by element (the launch the H200 ran at 96-99% of copy).
+    for n in (4097, 8191) if dtype != torch.float32 else (4097, 9001):
+        x = _hard_rows(n, dtype)
+        p, _t, _align, shift = sm._launch_plan(x, torch.empty_like(x), "auto", None, None, None)
+        assert (p.path, p.rows_per_program, shift > 1) == (
+            "on_chip", 1, dtype != torch.float32), n
+        assert p.tail > 0 and p.block * p.chunks + p.tail >= n + shift - 1, (n, p)
+        for fm in ("zeros", "nan"):
+            check(x, softmax(x, fully_masked=fm), fm)
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
@@ -1139,8 +1160,8 @@ def test_the_shipped_split_launches_do_not_spill():
         (4096, 2), (4096, 2), (4096, 2), (4096, 4), (8192, 4), (8192, 4), (8192, 4)]
     assert small[-1]["options"]["STAGES"] == 3
     rows += small
-    # fp32 windows of 4k-32k: chunks of 4096 and 2048 in 2 warps
-    rows += _split_ptxas("--dtypes", "float32", "--ns", "5001,20001")
+    # fp32 windows of 9k-32k: chunks of 2048 in 2 warps
+    rows += _split_ptxas("--dtypes", "float32", "--ns", "20001")
     for r in rows:
         assert r["options"]["POLL_IN_ASM"] and r["options"]["PACKED"], r["options"]
         assert r["registers"] <= r["options"]["maxnreg"], r

@@ -855,11 +855,13 @@ def _launch_plan(x2: torch.Tensor, y2: torch.Tensor, path: str, max_on_chip: int
         # On chip, windows pay for one 16-bit row per program, and for the tiny 16-bit rows
         # of PLAN_TABLE. Measured on the H200: bf16 rows of 1001, 4 per program, 43% of copy
         # windowed against 66% element by element; fp32 rows of 12,289 66% against 71% (bf16
-        # 12,289: 76% against 45%).
+        # 12,289: 76% against 45%). Such rows keep their PLAN_TABLE row's window_overrides
+        # (the odd rows' launch: fp32 rows of 4097-6144 on chip as 4096 and a tail), read
+        # element by element.
         shift = 1
         p = plan(n_cols, path=path, max_on_chip=max_on_chip, tile=tile, tuning=tuning,
-                 itemsize=itemsize, interpreted=INTERPRETED)
-        t = _tuning(n_cols, itemsize, path, tuning)
+                 itemsize=itemsize, interpreted=INTERPRETED, windowed=True)
+        t = _tuning(n_cols, itemsize, path, tuning, windowed=True)
     width = n_cols + shift - 1
     per_program = int(t["unaligned_elems_per_program"])
     if align == 1 and shift == 1 and p.path == "on_chip" and p.rows_per_program > 1 and per_program:

@@ -334,12 +334,15 @@ PLAN_TABLE: list[tuple[int, int, int, dict[str, Any]]] = [
     # row that holds a length wins, so the rest of 97-2048 falls to the next one
     (4, 512, 1024, dict(unaligned_elems_per_program=1024, min_elems_per_program=1024)),
     (4, 96, 2048, dict(unaligned_elems_per_program=1024)),
-    (4, 4096, 6144, dict(window_overrides=dict(_SPLIT_FP32_SMALL, split_chunk=4096,
-                                               split_programs_per_sm=8, max_on_chip=4096))),
+    # odd rows of 4097-6144 on chip as 4096 and a tail (element by element, 8 warps), not
+    # padded to 8192 nor split (H200, medians of 3: 4,097 / 5,001 at 98.2 / 98.1% of copy
+    # against 85.9 / 91.6% split in chunks of 4096)
+    (4, 4096, 6144, dict(window_overrides=dict(chip_tail=True, elems_per_thread=16))),
     # aligned rows just past a power of two on chip as that block and a tail (8192 + 2048
     # and 16,384 + 2048, 4096 or 8192 in 16 warps, 32,768 + 4096 in 32: fp32 21,000 92% of
-    # copy, was 89% padded to 32,768); windows (odd N) split in small chunks
-    (4, 8192, 9216, dict(chip_tail=True, window_overrides=_WINDOWS_FP32_SMALL)),
+    # copy, was 89% padded to 32,768), odd rows too in 8 warps (9,001: 97.1% against 90.2%
+    # split in chunks of 2048)
+    (4, 8192, 9216, dict(chip_tail=True, window_overrides=dict(elems_per_thread=32))),
     (4, 9216, 16384, dict(window_overrides=_WINDOWS_FP32_SMALL)),
     (4, 16384, 24576, dict(chip_tail=True, elems_per_thread=32,
                            window_overrides=_WINDOWS_FP32_SMALL)),
@@ -365,8 +368,13 @@ PLAN_TABLE: list[tuple[int, int, int, dict[str, Any]]] = [
     (2, 256, 512, dict(unaligned_elems_per_program=2048)),
     (2, 512, 2048, dict(unaligned_elems_per_program=2048, unaligned_elems_per_thread=32)),
     (2, 2048, 4096, dict(chip_chunked=True, chunk_elems_per_thread=128)),
+    # ... windows (odd N) as wide as 9216 on chip, as one window, where a power-of-two block
+    # and a tail cover them with less padding than 3 chunks (H200, medians of 3: bf16 4,097 /
+    # 5,001 / 8,191 at 99.4 / 98.5 / 96.5% of copy against 88.4 / 97.0% on chip in 3 chunks
+    # and 80.8% split; 9,001 86.3% against 85.8%), wider ones split in small chunks
     (2, 4096, 16384, dict(elems_per_thread=64, chip_chunked=True, chunk_elems_per_thread=128,
-                          **_WINDOWS_16_SMALL)),
+                          window_overrides=dict(_SPLIT_16_SMALL, max_on_chip=9216,
+                                                chip_tail=True))),
     # aligned rows of 16,385-20,480 on chip as 16,384 columns and a tail of 4096 in 16 warps;
     # windows (odd N) and rows up to 23,552, which 3 chunks of 8192 on chip would pad by 4% or
     # more, split in small chunks: aligned rows of 20,481-23,552 in chunks of 2048 with the
