@@ -468,7 +468,7 @@ def _pow2(n: int) -> int:
 def _tuning(n_cols: int, itemsize: int, path: str, tuning: dict[str, Any] | None,
             windowed: bool = False) -> dict[str, Any]:
     """TUNING, then the PLAN_TABLE row of this size and length (``path="auto"`` only), then
-    its ``window_overrides`` for rows handled as aligned windows (``windowed``), then the
+    its ``window_overrides`` for odd rows (``windowed``: N off the vector), then the
     caller's overrides: what both :func:`plan` and the launcher read."""
     given = (set(tuning or {}) | set((tuning or {}).get("window_overrides", {}))
              | set((tuning or {}).get("off_sector_overrides", {})))
@@ -507,8 +507,9 @@ def plan(
     ``path="auto"`` keeps rows of at most ``max_on_chip`` elements in registers, and streams
     longer rows (split across programs on the GPU, in tiles of ``tile`` under the interpreter).
     ``interpreted``: plan for Triton's interpreter (None: as ``TRITON_INTERPRET`` says now).
-    ``windowed``: rows handled as aligned windows (odd N; ``n_cols`` is then the window's
-    width), which take their PLAN_TABLE row's ``window_overrides``.
+    ``windowed``: odd rows (N off the 16-byte vector), which take their PLAN_TABLE row's
+    ``window_overrides``; ``n_cols`` is the window's width where they are read as aligned
+    windows, the row's length where the launcher reads them element by element.
 
     >>> plan(1000, itemsize=2, interpreted=False)  # four bf16 rows of 1000 per program
     Plan(path='on_chip', block=1024, rows_per_program=4, split=1, num_warps=8, stages=1, chunks=1, tail=0)
