@@ -242,6 +242,11 @@ def test_windows_where_they_pay_and_never_past_the_memory_x_owns():
     assert shift(torch.float32, "stream") == 4 and shift(torch.bfloat16, "stream") == 8
     assert shift(torch.float32, "stream", rows_after=0) == (4 if DEVICE == "cuda" else 1)
     assert sm._window_fits(torch.empty(5, 44, device=DEVICE)[:, :41], 4)  # 3 columns follow
+    # Split rows too: each part loads its row's whole windows under one mask for every row
+    # (the row's own bounds applied after the copy), so the same rule holds; a split row that
+    # cannot take it keeps its launch, element by element
+    assert shift(torch.float32, "split") > 1 and shift(torch.bfloat16, "split") > 1
+    assert (shift(torch.float32, "split", rows_after=0) > 1) == (DEVICE == "cuda")
 
 
 def test_short_rows_off_the_vector_boundary_take_smaller_programs():

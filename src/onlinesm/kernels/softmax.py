@@ -782,8 +782,24 @@ def _split_part(x_ptr, row64, n_cols, stride_xm, stride_ym, chunk, chunk_cols, s
     x_base, y_base, first, v_lo, v_hi, col_ok = _split_where(
         row64, n_cols, stride_xm, stride_ym, chunk_cols, start, cols, SHIFT, row_ok)
     # The chunk is read once and stays in registers until it is written.
-    x = tl.load(x_ptr + (x_base + start) + cols, mask=col_ok, other=NEG_INF,
-                eviction_policy="evict_first")
+    if SHIFT > 1:
+        # A window's bounds change from row to row, and a load masked by them makes the
+        # pipelined row loop carry every vector's mask from the stage that issues the copy
+        # to the one that reads it (bf16 windows in chunks of 4096: 1,320 SASS instructions,
+        # 1,192 without). So load with a mask that is the same for every row, the part's
+        # columns below ceil(n / SHIFT) windows, which holds every row's whole vectors (v_hi
+        # <= that), and apply the row's own bounds after the copy. The few neighbouring
+        # columns it also reads lie in memory x owns (the launcher checked: _window_fits).
+        whole = (n_cols + SHIFT - 1) // SHIFT * SHIFT
+        load_ok = (cols < chunk_cols) & (start + cols < whole)
+        if row_ok is not None:
+            load_ok = load_ok & row_ok
+        x = tl.load(x_ptr + (x_base + start) + cols, mask=load_ok, other=NEG_INF,
+                    eviction_policy="evict_first")
+        x = tl.where(col_ok, x, NEG_INF)
+    else:
+        x = tl.load(x_ptr + (x_base + start) + cols, mask=col_ok, other=NEG_INF,
+                    eviction_policy="evict_first")
     ke, oke = _split_loose(first, v_lo, v_hi, n_cols, chunk, SHIFT, row_ok)
     if SHIFT > 1:
         # The loose elements, loaded with the chunk rather than after its max: chunk 0 is
@@ -894,12 +910,15 @@ def _launch_plan(x2: torch.Tensor, y2: torch.Tensor, path: str, max_on_chip: int
                               itemsize=itemsize, interpreted=INTERPRETED)
         if wide > shift and p_wide.split * p_wide.block >= n_cols + wide - 1:
             t, p, shift = t_wide, p_wide, wide
-    if shift > 1 and p.path == "stream" and not _window_fits(x2, shift):
-        # The last row's end vector could reach past the memory x owns: element by element.
+    if shift > 1 and p.path in ("stream", "split") and not _window_fits(x2, shift):
+        # The last row's end vector could reach past the memory x owns: element by element
+        # (split rows keep their launch; with PyTorch's CUDA caching allocator, whose blocks
+        # are whole 512 bytes, a window of at most 128 bytes always fits).
         shift = 1
-        t = _tuning(n_cols, itemsize, path, tuning)
-        p = plan(n_cols, path="stream", tile=tile, tuning=t, itemsize=itemsize,
-                 interpreted=INTERPRETED)
+        if p.path == "stream":
+            t = _tuning(n_cols, itemsize, path, tuning)
+            p = plan(n_cols, path="stream", tile=tile, tuning=t, itemsize=itemsize,
+                     interpreted=INTERPRETED)
     return p, t, align, shift
 
 
