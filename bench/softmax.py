@@ -89,12 +89,17 @@ def variants(n: int, itemsize: int) -> list[tuple[str, dict[str, Any]]]:
       a shorter last one rather than equal parts (``split_balanced``).
     * ``split win16``: the shipped plan with split rows windowed only where they start off a
       16-byte vector (``split_window_bytes=16``), not off 128 bytes.
+    * ``split loose16``: the shipped plan with split windows' whole vectors of 16 bytes, not of
+      the window (``split_loose_vectors``: at most 2 x 7 loose elements a row in 16-bit, not
+      2 x 63, so chunk 0 reduces them inside a warp).
     * ``split st4``: the shipped plan with split rows pipelined in 4 stages (three rows'
       chunks in flight during a row's wait, not two).
     * ``split ahead cC wW xP``: split in chunks of C, W warps, P programs per SM, with the
       exchange a row ahead (``split_exchange_ahead``: row r + 1's part read and its (m, d)
       published before row r's wait); ``split ahead win16 ...``: the same with windows of 16
-      bytes (``split_window_bytes=16``: rows off a sector read unwindowed).
+      bytes (``split_window_bytes=16``: rows off a sector read unwindowed); ``split ahead
+      loose16 ...``: with 128-byte windows whose whole vectors are 16 bytes
+      (``split_loose_vectors``).
     """
     out: list[tuple[str, dict[str, Any]]] = []
     if n % (16 // itemsize) and n <= 4096:  # odd short rows: one per program, as a window
@@ -188,6 +193,7 @@ def variants(n: int, itemsize: int) -> list[tuple[str, dict[str, Any]]]:
         # one instead of equal parts (the same as "ours" where the plan does not split)
         out.append(("split unbalanced", dict(path="auto", tuning=dict(split_balanced=False))))
         out.append(("split win16", dict(path="auto", tuning=dict(split_window_bytes=16))))
+        out.append(("split loose16", dict(path="auto", tuning=dict(split_loose_vectors=True))))
         out.append(("split st4", dict(path="auto", tuning=dict(split_stages=4))))
         # the exchange a row ahead (split_exchange_ahead): two parts live across the wait, so
         # in shapes of half the shipped part per thread (spill-free: bench/split_ptxas.py)
@@ -204,6 +210,14 @@ def variants(n: int, itemsize: int) -> list[tuple[str, dict[str, Any]]]:
                     split_exchange_ahead=True, split_chunk=chunk, split_warps=warps,
                     split_programs_per_sm=per_sm, split_packed=True, split_stages=3,
                     split_poll_loads=True, split_window_bytes=16))))
+        # ... with 128-byte windows whose whole vectors are 16 bytes (split_loose_vectors):
+        # as few loose elements as 16-byte windows, and every warp's loads on sectors
+        for chunk, warps, per_sm in ((4096, 4, 5), (2048, 2, 10)):
+            out.append((f"split ahead loose16 c{chunk} w{warps} x{per_sm}", dict(
+                path="split", tuning=dict(
+                    split_exchange_ahead=True, split_chunk=chunk, split_warps=warps,
+                    split_programs_per_sm=per_sm, split_packed=True, split_stages=3,
+                    split_poll_loads=True, split_loose_vectors=True))))
     if n > 32768:
         # the shipped plan without its register cap; pipelined (the next row's chunk copied
         # into shared memory while this row waits), polling with atomics or with loads

@@ -39,6 +39,7 @@ __all__ = ["compile_launch", "main"]
 NS = (65536, 100001, 262144, 1048576)
 
 _POINTERS = {"bfloat16": "*bf16", "float16": "*fp16", "float32": "*fp32"}
+_ITEMSIZES = {"bfloat16": 2, "float16": 2, "float32": 4}
 
 
 def _launch(dtype: str, n: int, tuning: dict[str, Any] | None, path: str,
@@ -77,7 +78,7 @@ def compile_launch(dtype: str, n: int, tuning: dict[str, Any] | None = None,
     sm, p, t, align, shift = _launch(dtype, n, tuning, path, sms)
     pointers = {"x_ptr": _POINTERS[dtype], "y_ptr": _POINTERS[dtype]}
     if p.path == "split":
-        options = sm._split_options(p, t, align, shift, nan_if_empty)
+        options = sm._split_options(p, t, align, shift, nan_if_empty, _ITEMSIZES[dtype])
         packed = options["PACKED"]
         pointers.update(part_ptr="*i64" if packed else "*fp32",
                         count_ptr="*i64" if packed else "*i32")

@@ -946,6 +946,12 @@ def test_split_register_cap_lets_the_planned_programs_share_an_sm():
     # ... and pipelined in chunks of 2048 (the 16-bit rows' shipped launch; fp32 rows of
     # 52k-131k ran 1-2 points faster in it, not yet shipped)
     dict(split_exchange_ahead=True, split_stages=3, split_chunk=2048, split_warps=2,
+         split_programs_per_sm=10),
+    # split windows with whole vectors of 16 bytes (few loose elements): pipelined, in one
+    # stage with the Triton-level poll, and a row ahead
+    dict(split_loose_vectors=True),
+    dict(split_loose_vectors=True, split_stages=1, split_poll_asm=False),
+    dict(split_loose_vectors=True, split_exchange_ahead=True, split_chunk=2048, split_warps=2,
          split_programs_per_sm=10)], ids=str)
 def test_gpu_split_variants_stay_correct(dtype, knobs):
     # Registers capped (fp32 windows spill to fit the plan) or not, either exchange, pipelined
@@ -1188,6 +1194,77 @@ def test_rows_off_a_sector_take_their_rows_knobs_then_the_callers():
             for r in (*own, wide, mine)] == [
         (2048, True, 1), (2048, True, 1), (8192, False, 64), (2048, True, 64),
         (4096, False, 64)]
+
+
+@gpu
+@requires_cuda
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("n", [9001, 12289, 20001, 50257])
+def test_gpu_split_loose_vectors_at_every_window_offset(dtype, n):
+    # Odd rows start at every offset of their 128-byte window in turn (a window of 64 bf16
+    # elements: 64 rows cover them all), so every head and tail of loose elements, from none
+    # to a vector's worth less one, and every part's bound is met; split either way.
+    x = gaussian(70, n, scale=4.0, seed=n)
+    x[::7, : n // 3] = NEG_INF  # -inf runs across the first parts' bounds
+    x[5] = NEG_INF  # a fully masked row
+    t = make(x, dtype)
+    for knobs in (dict(split_loose_vectors=True), dict(split_loose_vectors=True, split_stages=1,
+                                                        split_poll_asm=False)):
+        for fm in ("zeros", "nan"):
+            check(t, softmax(t, path="split", fully_masked=fm, tuning=knobs), fm)
+
+
+def test_split_loose_vectors_take_the_vector_where_the_reach_fits(monkeypatch):
+    # split_loose_vectors: odd rows as 128-byte windows with whole vectors of 16 bytes, so
+    # each part reads up to the furthest row's last whole vector (n + 63 columns rounded down
+    # to 8 in bf16), which can pass the windows' own reach: taken where the last row's reach
+    # lies in the memory x owns, else the windows' own vectors. Planned as on a GPU of 132
+    # SMs, on CPU tensors (their storage's exact size counts: no allocator's rounding).
+    monkeypatch.setattr(sm, "INTERPRETED", False)
+    monkeypatch.setattr(sm, "_sm_count", lambda device: 132)
+    n, rows = 12297, 4  # the last row starts at 36,891: 27 columns into its window
+    last_window = (rows - 1) * n // 64 * 64
+    reach = last_window + (n + 63) // 8 * 8  # 49,224 columns from x's start
+    own = -(-rows * n // 64) * 64  # 49,216: the windows holding the last row
+    assert own < reach
+
+    def loose(owned: int) -> int:
+        """LOOSE of the launch on x that starts on a 128-byte window and owns ``owned``
+        columns (a storage of that size: a view's storage is its whole buffer's)."""
+        held = [torch.empty(owned, dtype=torch.bfloat16) for _ in range(16)]
+        starts = [b for b in held if b.data_ptr() % 128 == 0]
+        if not starts:
+            pytest.skip("no CPU allocation on a 128-byte boundary")
+        x = torch.as_strided(starts[0], (rows, n), (n, 1))
+        p, t, align, shift = sm._launch_plan(x, x, "split", None, None,
+                                             dict(split_loose_vectors=True))
+        assert shift == 64
+        return sm._split_options(p, t, align, shift, False, 2)["LOOSE"]
+
+    assert loose(reach) == 8
+    assert loose(reach - 1) == 0 and loose(own) == 0
+
+
+def test_split_loose_vectors_compile_without_a_spill_and_leave_aligned_rows_alone():
+    # With whole vectors of 16 bytes, odd rows' loose elements fit in 2 x 8 (16-bit) or 2 x 4
+    # (fp32) slots: a different kernel (its PTX), with no spill under the plan's register
+    # cap; aligned rows (no window) compile to the same code with the knob on.
+    on = '{"split_loose_vectors": true}'
+    odd = _split_ptxas("--dtypes", "bfloat16,float32", "--ns", "12289,50257", "--tuning", on)
+    plain = _split_ptxas("--dtypes", "bfloat16,float32", "--ns", "12289,50257")
+    assert [r["options"]["LOOSE"] for r in odd] == [8, 8, 4, 4]
+    assert [r["options"]["LOOSE"] for r in plain] == [0, 0, 0, 0]
+    assert all(r["spill_bytes"] == 0 for r in odd), [r["spill_bytes"] for r in odd]
+    assert all(a["ptx_sha"] != b["ptx_sha"] for a, b in zip(odd, plain))
+    # rows off a sector (16-byte aligned) as 128-byte windows: whole vectors hold every row,
+    # so no loose elements at all (EDGES off in the kernel)
+    (off_sector,) = _split_ptxas("--dtypes", "bfloat16", "--ns", "52008", "--tuning", on)
+    (off_sector_plain,) = _split_ptxas("--dtypes", "bfloat16", "--ns", "52008")
+    assert off_sector["options"]["LOOSE"] == 8 and off_sector["spill_bytes"] == 0
+    assert off_sector["ptx_sha"] != off_sector_plain["ptx_sha"]
+    (aligned_on,) = _split_ptxas("--dtypes", "bfloat16", "--ns", "65536", "--tuning", on)
+    (aligned,) = _split_ptxas("--dtypes", "bfloat16", "--ns", "65536")
+    assert aligned_on["options"]["LOOSE"] == 0 and aligned_on["ptx_sha"] == aligned["ptx_sha"]
 
 
 def test_the_longest_fp32_rows_spill_at_most_a_word_a_row_ahead():

@@ -199,7 +199,8 @@ def _to_output(y, out_ptr, ROUND_BF16: tl.constexpr):
 # Rows that do not start on a 16-byte vector (SHIFT > 1)
 # --------------------------------------------------------------------------------------------
 @triton.jit
-def _row_window(rows64, stride_xm, stride_ym, n_cols, SHIFT: tl.constexpr):
+def _row_window(rows64, stride_xm, stride_ym, n_cols, SHIFT: tl.constexpr,
+                GRAIN: tl.constexpr = 0):
     """Where each row lies: (x_base, y_base, first, v_lo, v_hi), offsets in elements.
 
     The row's elements are columns [first, first + n_cols) of a window that starts at x_base (and
@@ -207,6 +208,8 @@ def _row_window(rows64, stride_xm, stride_ym, n_cols, SHIFT: tl.constexpr):
     [v_lo, v_hi) are the columns in whole vectors inside the row: they are loaded and stored as
     vectors. Rounding by (v // SHIFT) * SHIFT is what tells the compiler they are multiples of
     SHIFT. With SHIFT = 1 the window is the row itself (first = v_lo = 0, v_hi = n_cols).
+    GRAIN > 0 (split rows, split_loose_vectors): whole vectors of GRAIN elements (one 16-byte
+    vector), not of SHIFT, inside a window that still starts on SHIFT: fewer loose elements.
     """
     start_x = rows64 * stride_xm
     if SHIFT > 1:
@@ -216,8 +219,12 @@ def _row_window(rows64, stride_xm, stride_ym, n_cols, SHIFT: tl.constexpr):
         # they fit, and every mask built from them is one 32-bit comparison per vector, not
         # a 64-bit one (two instructions) as with the row's 64-bit start.
         first = (start_x - x_base).to(tl.int32)
-        v_lo = (first + SHIFT - 1) // SHIFT * SHIFT  # 0 or SHIFT: the head's loose elements end here
-        v_hi = (first + n_cols) // SHIFT * SHIFT  # the tail's loose elements start here
+        if GRAIN > 0:
+            v_lo = (first + GRAIN - 1) // GRAIN * GRAIN  # the head's loose elements end here
+            v_hi = (first + n_cols) // GRAIN * GRAIN  # the tail's loose elements start here
+        else:
+            v_lo = (first + SHIFT - 1) // SHIFT * SHIFT  # 0 or SHIFT: the head's loose elements end here
+            v_hi = (first + n_cols) // SHIFT * SHIFT  # the tail's loose elements start here
     else:
         x_base = start_x
         y_base = rows64 * stride_ym
@@ -228,17 +235,22 @@ def _row_window(rows64, stride_xm, stride_ym, n_cols, SHIFT: tl.constexpr):
 
 
 @triton.jit
-def _loose_columns(j, first, v_lo, v_hi, end, SHIFT: tl.constexpr):
+def _loose_columns(j, first, v_lo, v_hi, end, SHIFT: tl.constexpr, head_start=None):
     """The window columns of a row's loose elements, outside whole vectors, and their mask.
 
     j runs over 2 * SHIFT slots: slots j < SHIFT are the head (columns first .. v_lo - 1), the
     others the tail (columns from max(v_hi, v_lo) up to end = first + n_cols). A row shorter than
     a vector has only a head or only a tail; no column is in two slots. Broadcasts: j [1, 2S]
-    against per-row [ROWS, 1] bounds, or j [2S] against scalars.
+    against per-row [ROWS, 1] bounds, or j [2S] against scalars. ``head_start``: the column
+    of the first head slot where the head is not in the window's first SHIFT columns (whole
+    vectors finer than the window: v_lo - SHIFT, SHIFT then the vector's width).
     """
     head = j < SHIFT
     tail_start = tl.maximum(v_hi, v_lo)
-    k = tl.where(head, j, tail_start + j - SHIFT)
+    if head_start is None:
+        k = tl.where(head, j, tail_start + j - SHIFT)
+    else:
+        k = tl.where(head, head_start + j, tail_start + j - SHIFT)
     ok = tl.where(head, (k >= first) & (k < v_lo), k >= tail_start) & (k < end)
     return k, ok
 
@@ -648,6 +660,8 @@ def _softmax_split_kernel(
     POLL_LOADS: tl.constexpr = False,  # that PTX poll reads with loads, not atomics
     AHEAD: tl.constexpr = False,  # (with PACKED and the PTX poll) row r + 1's part read and
     # published before row r's wait (split_exchange_ahead)
+    LOOSE: tl.constexpr = 0,  # > 0 (with SHIFT > 1): the row's whole vectors are LOOSE elements
+    # (16 bytes), not SHIFT: 2 LOOSE loose-element slots, not 2 SHIFT (split_loose_vectors)
 ):
     if ALIGN > 1:
         # The launcher checked that sizes and strides are multiples of ALIGN (one 16-byte
@@ -675,17 +689,22 @@ def _softmax_split_kernel(
     # program idle.
     start = chunk * chunk_cols  # this program's first column
     cols = tl.arange(0, CHUNK)  # ... and the columns from there
+    # Whether rows have loose elements outside their whole vectors: with windows, unless those
+    # vectors are 16 bytes (LOOSE) and every row starts on one and is whole ones (ALIGN).
+    EDGES: tl.constexpr = SHIFT > 1 and (LOOSE == 0 or ALIGN % LOOSE != 0)
     lanes = tl.arange(0, LANES)
     lane_ok = lanes < SPLIT
     if AHEAD:
         _split_rows_ahead(x_ptr, y_ptr, part_ptr, n_rows, n_cols, stride_xm, stride_ym,
                           chunk_cols, chunk, group, n_groups, start, cols, lanes, lane_ok,
-                          SPLIT, NAN_IF_EMPTY, MAX_SPIN, SHIFT, STAGES, POLL_LOADS)
+                          SPLIT, NAN_IF_EMPTY, MAX_SPIN, SHIFT, STAGES, POLL_LOADS, LOOSE,
+                          EDGES)
     else:
         for row in tl.range(group, n_rows, n_groups, num_stages=STAGES):
             row64 = row.to(tl.int64)
             e, xe, m_c, d_c, where = _split_part(x_ptr, row64, n_cols, stride_xm, stride_ym,
-                                                 chunk, chunk_cols, start, cols, SHIFT)
+                                                 chunk, chunk_cols, start, cols, SHIFT, None,
+                                                 LOOSE, EDGES)
             if PACKED:
                 ms, ds, seen = _exchange_packed(part_ptr, row64, chunk, m_c, d_c, lanes, lane_ok,
                                                 SPLIT, MAX_SPIN, POLL_IN_ASM or STAGES > 1,
@@ -694,14 +713,15 @@ def _softmax_split_kernel(
                 ms, ds, seen = _exchange_counted(part_ptr, count_ptr, row64, chunk, m_c, d_c,
                                                  lanes, lane_ok, SPLIT, MAX_SPIN)
             _split_finish(y_ptr, start, cols, where, e, xe, m_c, ms, ds, seen, lane_ok, SPLIT,
-                          NAN_IF_EMPTY, SHIFT)
+                          NAN_IF_EMPTY, EDGES)
 
 
 @triton.jit
 def _split_rows_ahead(x_ptr, y_ptr, part_ptr, n_rows, n_cols, stride_xm, stride_ym,
                       chunk_cols, chunk, group, n_groups, start, cols, lanes, lane_ok,
                       SPLIT: tl.constexpr, NAN_IF_EMPTY: tl.constexpr, MAX_SPIN: tl.constexpr,
-                      SHIFT: tl.constexpr, STAGES: tl.constexpr, POLL_LOADS: tl.constexpr):
+                      SHIFT: tl.constexpr, STAGES: tl.constexpr, POLL_LOADS: tl.constexpr,
+                      LOOSE: tl.constexpr = 0, EDGES: tl.constexpr = False):
     """The split kernel's row loop with the exchange a row ahead (split_exchange_ahead).
 
     The row loop above reads its part of row r, publishes its (m_c, d_c) and waits for the
@@ -715,7 +735,8 @@ def _split_rows_ahead(x_ptr, y_ptr, part_ptr, n_rows, n_cols, stride_xm, stride_
     # The group's first row (nothing past the tensor: a group may own no row at all).
     first64 = group.to(tl.int64)
     e, xe, m_c, d_c, _first = _split_part(x_ptr, first64, n_cols, stride_xm, stride_ym, chunk,
-                                          chunk_cols, start, cols, SHIFT, group < n_rows)
+                                          chunk_cols, start, cols, SHIFT, group < n_rows, LOOSE,
+                                          EDGES)
     _publish_packed(part_ptr, first64, chunk, m_c, d_c, SPLIT, group < n_rows)
     for row in tl.range(group, n_rows, n_groups, num_stages=STAGES):
         # 1. The next row's part: read, reduced and published (masked past the last row).
@@ -723,7 +744,7 @@ def _split_rows_ahead(x_ptr, y_ptr, part_ptr, n_rows, n_cols, stride_xm, stride_
         nxt64 = nxt.to(tl.int64)
         e_n, xe_n, m_n, d_n, _next = _split_part(x_ptr, nxt64, n_cols, stride_xm, stride_ym,
                                                  chunk, chunk_cols, start, cols, SHIFT,
-                                                 nxt < n_rows)
+                                                 nxt < n_rows, LOOSE, EDGES)
         _publish_packed(part_ptr, nxt64, chunk, m_n, d_n, SPLIT, nxt < n_rows)
         # 2. This row's wait, merge and write; where it goes is worked out again (integer
         # arithmetic) rather than held across the loop (a mask as long as the part).
@@ -731,21 +752,23 @@ def _split_rows_ahead(x_ptr, y_ptr, part_ptr, n_rows, n_cols, stride_xm, stride_
         ms, ds, seen = _wait_packed(part_ptr, row64, lanes, lane_ok, SPLIT, MAX_SPIN, True,
                                     POLL_LOADS)
         _x_base, y_base, first, v_lo, v_hi, col_ok = _split_where(
-            row64, n_cols, stride_xm, stride_ym, chunk_cols, start, cols, SHIFT)
-        ke, oke = _split_loose(first, v_lo, v_hi, n_cols, chunk, SHIFT)
+            row64, n_cols, stride_xm, stride_ym, chunk_cols, start, cols, SHIFT, None, LOOSE)
+        ke, oke = _split_loose(first, v_lo, v_hi, n_cols, chunk, SHIFT, None, LOOSE, EDGES)
         _split_finish(y_ptr, start, cols, (y_base, col_ok, ke, oke), e, xe, m_c, ms, ds, seen,
-                      lane_ok, SPLIT, NAN_IF_EMPTY, SHIFT)
+                      lane_ok, SPLIT, NAN_IF_EMPTY, EDGES)
         # 3. The next row's part becomes this row's.
         e, xe, m_c = e_n, xe_n, m_n
 
 
 @triton.jit
 def _split_where(row64, n_cols, stride_xm, stride_ym, chunk_cols, start, cols,
-                 SHIFT: tl.constexpr, row_ok=None):
+                 SHIFT: tl.constexpr, row_ok=None, LOOSE: tl.constexpr = 0):
     """Where this program's part of split row ``row64`` lies: (x_base, y_base, first, v_lo,
-    v_hi) as _row_window gives them, and col_ok, the mask of the part's columns. ``row_ok``
-    (if given) false masks them all: a row past the tensor."""
-    x_base, y_base, first, v_lo, v_hi = _row_window(row64, stride_xm, stride_ym, n_cols, SHIFT)
+    v_hi) as _row_window gives them (whole vectors of LOOSE elements if LOOSE > 0), and
+    col_ok, the mask of the part's columns. ``row_ok`` (if given) false masks them all: a
+    row past the tensor."""
+    x_base, y_base, first, v_lo, v_hi = _row_window(row64, stride_xm, stride_ym, n_cols, SHIFT,
+                                                    LOOSE)
     # The part's bounds as one comparison against the arange (with the row's bounds in
     # it): a mask of its own per element costs registers under the cap.
     col_ok = _in_vectors(cols, v_lo - start, tl.minimum(v_hi - start, chunk_cols), SHIFT)
@@ -755,13 +778,21 @@ def _split_where(row64, n_cols, stride_xm, stride_ym, chunk_cols, start, cols,
 
 
 @triton.jit
-def _split_loose(first, v_lo, v_hi, n_cols, chunk, SHIFT: tl.constexpr, row_ok=None):
-    """The row's loose elements (SHIFT > 1; chunk 0 owns them): their window columns ke and
-    mask oke (see _loose_columns), all masked where ``row_ok`` (if given) is false. With
-    SHIFT = 1 there are none: two unused slots, masked."""
-    if SHIFT > 1:
-        ke, oke = _loose_columns(tl.arange(0, 2 * SHIFT), first, v_lo, v_hi, first + n_cols,
-                                 SHIFT)
+def _split_loose(first, v_lo, v_hi, n_cols, chunk, SHIFT: tl.constexpr, row_ok=None,
+                 LOOSE: tl.constexpr = 0, EDGES: tl.constexpr = False):
+    """The row's loose elements (EDGES: windows, SHIFT > 1; chunk 0 owns them): their window
+    columns ke and mask oke (see _loose_columns), all masked where ``row_ok`` (if given) is
+    false. Without EDGES there are none: two unused slots, masked. With LOOSE > 0 they are
+    the few outside the row's whole 16-byte vectors (2 LOOSE slots), not outside its whole
+    windows (2 SHIFT slots: 128 for bf16 128-byte windows, whose max and sum then span the
+    warps)."""
+    if EDGES:
+        if LOOSE > 0:
+            ke, oke = _loose_columns(tl.arange(0, 2 * LOOSE), first, v_lo, v_hi,
+                                     first + n_cols, LOOSE, v_lo - LOOSE)
+        else:
+            ke, oke = _loose_columns(tl.arange(0, 2 * SHIFT), first, v_lo, v_hi,
+                                     first + n_cols, SHIFT)
         oke = oke & (chunk == 0)
         if row_ok is not None:
             oke = oke & row_ok
@@ -773,14 +804,15 @@ def _split_loose(first, v_lo, v_hi, n_cols, chunk, SHIFT: tl.constexpr, row_ok=N
 
 @triton.jit
 def _split_part(x_ptr, row64, n_cols, stride_xm, stride_ym, chunk, chunk_cols, start, cols,
-                SHIFT: tl.constexpr, row_ok=None):
+                SHIFT: tl.constexpr, row_ok=None, LOOSE: tl.constexpr = 0,
+                EDGES: tl.constexpr = False):
     """One program's part of a split row, read once: (e, xe, m_c, d_c, where), its exps
     e = exp(x - m_c) over the part's columns (and xe over the row's loose elements, chunk 0
     only, SHIFT > 1), kept in registers until _split_finish writes them, the part's
     (m_c, d_c) for the exchange, and where they go: (y_base, col_ok, ke, oke). ``row_ok``
-    (if given) false reads nothing: a row past the tensor."""
+    (if given) false reads nothing: a row past the tensor. LOOSE, EDGES: see _split_loose."""
     x_base, y_base, first, v_lo, v_hi, col_ok = _split_where(
-        row64, n_cols, stride_xm, stride_ym, chunk_cols, start, cols, SHIFT, row_ok)
+        row64, n_cols, stride_xm, stride_ym, chunk_cols, start, cols, SHIFT, row_ok, LOOSE)
     # The chunk is read once and stays in registers until it is written.
     if SHIFT > 1:
         # A window's bounds change from row to row, and a load masked by them makes the
@@ -790,7 +822,13 @@ def _split_part(x_ptr, row64, n_cols, stride_xm, stride_ym, chunk, chunk_cols, s
         # columns below ceil(n / SHIFT) windows, which holds every row's whole vectors (v_hi
         # <= that), and apply the row's own bounds after the copy. The few neighbouring
         # columns it also reads lie in memory x owns (the launcher checked: _window_fits).
-        whole = (n_cols + SHIFT - 1) // SHIFT * SHIFT
+        # With whole vectors of LOOSE elements a row's v_hi can reach past ceil(n / SHIFT)
+        # windows (first + n rounded down to a vector, first up to SHIFT - 1): the bound is
+        # then the furthest such v_hi of any row.
+        if LOOSE > 0:
+            whole = (n_cols + SHIFT - 1) // LOOSE * LOOSE
+        else:
+            whole = (n_cols + SHIFT - 1) // SHIFT * SHIFT
         load_ok = (cols < chunk_cols) & (start + cols < whole)
         if row_ok is not None:
             load_ok = load_ok & row_ok
@@ -800,8 +838,8 @@ def _split_part(x_ptr, row64, n_cols, stride_xm, stride_ym, chunk, chunk_cols, s
     else:
         x = tl.load(x_ptr + (x_base + start) + cols, mask=col_ok, other=NEG_INF,
                     eviction_policy="evict_first")
-    ke, oke = _split_loose(first, v_lo, v_hi, n_cols, chunk, SHIFT, row_ok)
-    if SHIFT > 1:
+    ke, oke = _split_loose(first, v_lo, v_hi, n_cols, chunk, SHIFT, row_ok, LOOSE, EDGES)
+    if EDGES:
         # The loose elements, loaded with the chunk rather than after its max: chunk 0 is
         # on every row's critical path, and a second round trip there delays all SPLIT.
         # (Loaded a row ahead instead, in registers across the wait, they cost bf16 rows in
@@ -812,14 +850,14 @@ def _split_part(x_ptr, row64, n_cols, stride_xm, stride_ym, chunk, chunk_cols, s
     x = x.to(tl.float32)  # widen once
     # This chunk's (m_c, d_c), exactly as in kernel 1 (chunk 0 with the loose elements).
     m_c = tl.max(x, axis=0)
-    if SHIFT > 1:
+    if EDGES:
         m_c = tl.maximum(m_c, tl.max(xe, axis=0))
     m_c_ref = tl.where(m_c == NEG_INF, 0.0, m_c)
     # e_c = exp(x - m_c), kept in x's registers until the store: one exp per element, the
     # chunk rescaled below by one factor once the row's max is known.
     x = tl.exp2((x - m_c_ref) * 1.4426950408889634)  # log2(e)
     d_c = tl.sum(x, axis=0)
-    if SHIFT > 1:
+    if EDGES:
         xe = tl.exp2((xe - m_c_ref) * 1.4426950408889634)  # log2(e)
         d_c += tl.sum(xe, axis=0)
     return x, xe, m_c, d_c, (y_base, col_ok, ke, oke)
@@ -827,9 +865,9 @@ def _split_part(x_ptr, row64, n_cols, stride_xm, stride_ym, chunk, chunk_cols, s
 
 @triton.jit
 def _split_finish(y_ptr, start, cols, where, e, xe, m_c, ms, ds, seen, lane_ok,
-                  SPLIT: tl.constexpr, NAN_IF_EMPTY: tl.constexpr, SHIFT: tl.constexpr):
+                  SPLIT: tl.constexpr, NAN_IF_EMPTY: tl.constexpr, EDGES: tl.constexpr):
     """Merge the row's SPLIT states (ms, ds) into its (m, d), and write this program's part:
-    y = e * exp(m_c - m) / d (see _split_part)."""
+    y = e * exp(m_c - m) / d (see _split_part), and its loose elements (EDGES)."""
     y_base, col_ok, ke, oke = where
     # Merge:  m = max_c m_c,   d = sum_c d_c * exp(m_c - m).
     ms = tl.where(lane_ok, ms, NEG_INF)  # lanes past SPLIT: no chunk, nothing to merge
@@ -846,7 +884,7 @@ def _split_finish(y_ptr, start, cols, where, e, xe, m_c, ms, ds, seen, lane_ok,
     scale = tl.exp2((m_c - m_ref) * 1.4426950408889634) * inv  # log2(e)
     tl.store(y_ptr + (y_base + start) + cols, (e * scale).to(y_ptr.dtype.element_ty),
              mask=col_ok)
-    if SHIFT > 1:
+    if EDGES:
         tl.store(y_ptr + y_base + ke, (xe * scale).to(y_ptr.dtype.element_ty), mask=oke)
 
 
@@ -910,6 +948,13 @@ def _launch_plan(x2: torch.Tensor, y2: torch.Tensor, path: str, max_on_chip: int
                               itemsize=itemsize, interpreted=INTERPRETED)
         if wide > shift and p_wide.split * p_wide.block >= n_cols + wide - 1:
             t, p, shift = t_wide, p_wide, wide
+    vector = 16 // itemsize
+    if (p.path == "split" and shift > vector and t["split_loose_vectors"]
+            and not _window_fits(x2, shift, (n_cols + shift - 1) // vector * vector)):
+        # Whole vectors of 16 bytes inside windows of shift: each part reads up to the
+        # furthest row's last whole vector (see _split_part), past what _window_fits checks
+        # below; where the last row's would leave memory x owns, the windows' own vectors.
+        t = {**t, "split_loose_vectors": False}
     if shift > 1 and p.path in ("stream", "split") and not _window_fits(x2, shift):
         # The last row's end vector could reach past the memory x owns: element by element
         # (split rows keep their launch; with PyTorch's CUDA caching allocator, whose blocks
@@ -922,8 +967,9 @@ def _launch_plan(x2: torch.Tensor, y2: torch.Tensor, path: str, max_on_chip: int
     return p, t, align, shift
 
 
-def _window_fits(x2: torch.Tensor, shift: int) -> bool:
-    """Whether the whole vectors holding the last row's elements lie in memory x2 owns.
+def _window_fits(x2: torch.Tensor, shift: int, reach: int | None = None) -> bool:
+    """Whether the whole vectors holding the last row's elements lie in memory x2 owns
+    (``reach``: or the ``reach`` elements from the start of the last row's window).
 
     The streaming kernel's windows read up to shift - 1 elements past a row's end (masked to
     -inf, never used): inside the next row, except after the last one. PyTorch's CUDA caching
@@ -935,9 +981,11 @@ def _window_fits(x2: torch.Tensor, shift: int) -> bool:
     owned = x2.untyped_storage().nbytes()
     if _caching_allocator(x2.device):
         owned = -(-owned // 512) * 512
-    last_end = (x2.shape[0] - 1) * x2.stride(0) + x2.shape[1]  # elements from x2's start
+    last_start = (x2.shape[0] - 1) * x2.stride(0)  # elements from x2's start
     readable = owned // x2.element_size() - x2.storage_offset()
-    return -(-last_end // shift) * shift <= readable
+    if reach is not None:
+        return last_start // shift * shift + reach <= readable
+    return -(-(last_start + x2.shape[1]) // shift) * shift <= readable
 
 
 def _caching_allocator(device: torch.device) -> bool:
@@ -1039,7 +1087,7 @@ def softmax(
                 "them one at a time. Use path='stream' (or 'auto') under TRITON_INTERPRET=1"
             )
         wanted = int(t["split_programs_per_sm"])
-        options = _split_options(p, t, align, shift, nan_if_empty)
+        options = _split_options(p, t, align, shift, nan_if_empty, x2.element_size())
         fit = bool(t["split_fit_registers"])
         key = (x.device, x.dtype, configs_pinned(), *sorted(options.items())) if fit else None
         # as many as the last such launch's registers and shared memory let an SM hold
@@ -1082,16 +1130,19 @@ def _on_chip_options(p: Plan, t: dict[str, Any], align: int, shift: int, nan_if_
 
 
 def _split_options(p: Plan, t: dict[str, Any], align: int, shift: int,
-                   nan_if_empty: bool) -> dict[str, Any]:
+                   nan_if_empty: bool, itemsize: int = 4) -> dict[str, Any]:
     """The split kernel's constexprs, num_warps and register cap (maxnreg) for plan ``p`` under
-    the knobs ``t``: what the launcher passes, and what bench/split_ptxas.py compiles offline."""
+    the knobs ``t`` on rows of ``itemsize``-byte elements: what the launcher passes, and what
+    bench/split_ptxas.py compiles offline."""
     ex = split_exchange(t, p.split)
     per_sm = int(t["split_programs_per_sm"])
+    vector = 16 // itemsize
+    loose = vector if t["split_loose_vectors"] and shift > vector else 0
     return dict(
         CHUNK=p.block, SPLIT=p.split, LANES=ex.lanes, NAN_IF_EMPTY=nan_if_empty,
         MAX_SPIN=int(t["max_spin"]), ALIGN=align, SHIFT=shift, PACKED=ex.packed, STAGES=ex.stages,
         POLL_IN_ASM=ex.poll_in_asm, POLL_LOADS=ex.poll_loads, AHEAD=ex.ahead,
-        num_warps=p.num_warps,
+        LOOSE=loose, num_warps=p.num_warps,
         **({"maxnreg": _register_cap(per_sm, p.num_warps)} if t["split_cap_registers"] else {}))
 
 

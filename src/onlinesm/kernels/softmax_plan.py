@@ -95,6 +95,12 @@ TUNING: dict[str, Any] = {
     # windows of 16 for odd and off-sector rows of 16k-100k in every dtype). 16: one vector,
     # only where a row starts off the vector.
     "split_window_bytes": 128,
+    # Inside such windows, the row's whole vectors of 16 bytes, not of the window: a row then
+    # has at most 2 x 7 loose elements (16-bit; 2 x 3 in fp32), not 2 x 63 (2 x 31), and chunk
+    # 0's max and sum of them stay inside a warp. Offline (triton 3.6, bf16 12,289 in chunks of
+    # 4096): 14 -> 8 barriers, as many as aligned rows, and 1,232 -> 1,192 SASS instructions.
+    # Off until timed on the H200 (bench/softmax.py --tune: "split loose16").
+    "split_loose_vectors": False,
     # Each split program reads its part of row r + 1 and publishes that part's (m, d) before
     # it waits for row r's: the wait that bounds split rows (Nsight Compute: latency) then
     # finds the other parts of row r published a whole part earlier. Two parts are live in
