@@ -1196,6 +1196,74 @@ def test_rows_off_a_sector_take_their_rows_knobs_then_the_callers():
         (4096, False, 64)]
 
 
+def _split_cover(n: int, itemsize: int, loose: int, rows: int, chunk: int = 256):
+    """Run the split kernel's index helpers (_split_where, _split_loose, _split_load_ok: where
+    each program's part of each row lies, its loose elements, what it loads) for contiguous
+    rows of ``n`` as 128-byte windows, one program per (row, part), as the launcher would cut
+    them: (how often each element of x is written, the furthest column any part loads, how
+    many columns parts write without having loaded them). Runs where the split kernel
+    cannot, under the interpreter."""
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def cover_kernel(cols_ptr, loose_ptr, far_ptr, missed_ptr, n_cols, stride, chunk_cols,
+                     CHUNK: tl.constexpr, SHIFT: tl.constexpr, LOOSE: tl.constexpr,
+                     ALIGN: tl.constexpr):
+        row64 = tl.program_id(0).to(tl.int64)
+        part = tl.program_id(1)
+        pid = tl.program_id(0) * tl.num_programs(1) + part
+        start = part * chunk_cols
+        cols = tl.arange(0, CHUNK)
+        EDGES: tl.constexpr = SHIFT > 1 and (LOOSE == 0 or ALIGN % LOOSE != 0)  # as the kernel
+        SLOTS: tl.constexpr = ((2 * LOOSE if LOOSE > 0 else 2 * SHIFT) if EDGES else 2)
+        x_base, _y, first, v_lo, v_hi, col_ok = sm._split_where(
+            row64, n_cols, stride, stride, chunk_cols, start, cols, SHIFT, None, LOOSE)
+        ke, oke = sm._split_loose(first, v_lo, v_hi, n_cols, part, SHIFT, None, LOOSE, EDGES)
+        load_ok = sm._split_load_ok(cols, start, chunk_cols, n_cols, SHIFT, LOOSE)
+        # the columns (from x's start) this part writes, -1 for none, and its loose ones
+        tl.store(cols_ptr + pid * CHUNK + cols, tl.where(col_ok, x_base + start + cols, -1))
+        tl.store(loose_ptr + pid * 2 * SHIFT + tl.arange(0, SLOTS), tl.where(oke, x_base + ke, -1))
+        tl.store(far_ptr + pid, tl.max(tl.where(load_ok, x_base + start + cols, -1), axis=0))
+        tl.store(missed_ptr + pid, tl.sum((col_ok & ~load_ok).to(tl.int32), axis=0))
+
+    shift = 128 // itemsize
+    align = sm._alignment(itemsize, n, n)
+    chunk_cols = sp.split_columns(n + shift - 1, -(-(n + shift - 1) // chunk), chunk,
+                                  granule=shift)
+    split = -(-(n + shift - 1) // chunk_cols)
+    programs = rows * split
+    cols = torch.full((programs * chunk,), -1, dtype=torch.int64, device=DEVICE)
+    loose_cols = torch.full((programs * 2 * shift,), -1, dtype=torch.int64, device=DEVICE)
+    far = torch.full((programs,), -1, dtype=torch.int64, device=DEVICE)
+    missed = torch.zeros(programs, dtype=torch.int32, device=DEVICE)
+    cover_kernel[(rows, split)](cols, loose_cols, far, missed, n, n, chunk_cols, CHUNK=chunk,
+                                SHIFT=shift, LOOSE=loose, ALIGN=align)
+    written = torch.cat([cols, loose_cols]).cpu().numpy()
+    cover = np.bincount(written[written >= 0], minlength=rows * n + 4 * shift)
+    return cover, int(far.max().item()), int(missed.sum().item())
+
+
+@pytest.mark.parametrize("loose", [False, True], ids=["window_vectors", "loose_vectors"])
+@pytest.mark.parametrize("n, itemsize", [(1001, 2), (777, 2), (1000, 2), (1001, 4), (998, 4)])
+def test_split_parts_and_loose_elements_cover_every_row_once(n, itemsize, loose):
+    # Every element of every row is written exactly once by the parts of a split row read as
+    # 128-byte windows (whole vectors by the part that holds them, loose ones by part 0), and
+    # nothing outside the rows; every part loads what it writes, and no part loads past the
+    # reach the launcher checks (_window_fits): odd rows at every offset of their window and
+    # rows off a 32-byte sector, with whole vectors of the window or of 16 bytes.
+    shift, vector = 128 // itemsize, 16 // itemsize
+    rows = shift + 3  # odd rows start at every offset of the window in turn
+    cover, far, missed = _split_cover(n, itemsize, vector if loose else 0, rows)
+    assert (cover[: rows * n] == 1).all(), np.flatnonzero(cover[: rows * n] != 1)[:8]
+    assert not cover[rows * n:].any(), np.flatnonzero(cover[rows * n:])[:8] + rows * n
+    assert missed == 0
+    last_window = (rows - 1) * n // shift * shift
+    reach = ((n + shift - 1) // vector * vector if loose
+             else -(-((rows - 1) * n + n) // shift) * shift - last_window)
+    assert far < last_window + reach, (far, last_window + reach)
+
+
 @gpu
 @requires_cuda
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)

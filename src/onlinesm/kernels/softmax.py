@@ -803,6 +803,19 @@ def _split_loose(first, v_lo, v_hi, n_cols, chunk, SHIFT: tl.constexpr, row_ok=N
 
 
 @triton.jit
+def _split_load_ok(cols, start, chunk_cols, n_cols, SHIFT: tl.constexpr, LOOSE: tl.constexpr = 0):
+    """The mask a split part of windowed rows loads under (SHIFT > 1), the same for every row:
+    its columns below the furthest whole vector of any row, ceil(n / SHIFT) windows (v_hi <=
+    that); with whole vectors of LOOSE elements a row's v_hi can pass it (first + n rounded
+    down to a vector, first up to SHIFT - 1), so then (n + SHIFT - 1) rounded down to LOOSE."""
+    if LOOSE > 0:
+        whole = (n_cols + SHIFT - 1) // LOOSE * LOOSE
+    else:
+        whole = (n_cols + SHIFT - 1) // SHIFT * SHIFT
+    return (cols < chunk_cols) & (start + cols < whole)
+
+
+@triton.jit
 def _split_part(x_ptr, row64, n_cols, stride_xm, stride_ym, chunk, chunk_cols, start, cols,
                 SHIFT: tl.constexpr, row_ok=None, LOOSE: tl.constexpr = 0,
                 EDGES: tl.constexpr = False):
@@ -822,14 +835,7 @@ def _split_part(x_ptr, row64, n_cols, stride_xm, stride_ym, chunk, chunk_cols, s
         # columns below ceil(n / SHIFT) windows, which holds every row's whole vectors (v_hi
         # <= that), and apply the row's own bounds after the copy. The few neighbouring
         # columns it also reads lie in memory x owns (the launcher checked: _window_fits).
-        # With whole vectors of LOOSE elements a row's v_hi can reach past ceil(n / SHIFT)
-        # windows (first + n rounded down to a vector, first up to SHIFT - 1): the bound is
-        # then the furthest such v_hi of any row.
-        if LOOSE > 0:
-            whole = (n_cols + SHIFT - 1) // LOOSE * LOOSE
-        else:
-            whole = (n_cols + SHIFT - 1) // SHIFT * SHIFT
-        load_ok = (cols < chunk_cols) & (start + cols < whole)
+        load_ok = _split_load_ok(cols, start, chunk_cols, n_cols, SHIFT, LOOSE)
         if row_ok is not None:
             load_ok = load_ok & row_ok
         x = tl.load(x_ptr + (x_base + start) + cols, mask=load_ok, other=NEG_INF,
