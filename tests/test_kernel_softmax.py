@@ -1335,6 +1335,19 @@ def test_split_loose_vectors_compile_without_a_spill_and_leave_aligned_rows_alon
     assert aligned_on["options"]["LOOSE"] == 0 and aligned_on["ptx_sha"] == aligned["ptx_sha"]
 
 
+def test_bf16_windows_in_one_warp_fit_128_registers_without_a_spill():
+    # Odd 16-bit rows of 2041-3072 run on chip as one window of 3 x 1024 in one warp: bf16
+    # takes 163 registers there (triton 3.6; its conversions to fp32 keep the packed values
+    # live), fp16 128, so an SM holds 12 bf16 warps and 16 fp16 ones (bf16 2047 at 90.5% of
+    # copy, fp16 99.6%). Under chip_maxnreg=128 (bench candidate "chip cap128") it must not
+    # spill, or the cap trades occupancy for local memory.
+    cap = '{"chip_maxnreg": 128}'
+    rows = _split_ptxas("--dtypes", "bfloat16,float16", "--ns", "2047,3001", "--tuning", cap)
+    assert all(r["path"] == "on_chip" for r in rows)
+    assert all(r["registers"] <= 128 and r["spill_bytes"] == 0 for r in rows), [
+        (r["registers"], r["spill_bytes"]) for r in rows]
+
+
 def test_the_longest_fp32_rows_spill_at_most_a_word_a_row_ahead():
     # fp32 rows of 512k-1M with the exchange a row ahead merge 128 or 256 lanes and spill a
     # word or two under triton 3.9; on the H200 (triton 3.6) they ran at 94% and 91% of copy
