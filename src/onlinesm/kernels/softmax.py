@@ -242,8 +242,9 @@ def _loose_columns(j, first, v_lo, v_hi, end, SHIFT: tl.constexpr, head_start=No
     others the tail (columns from max(v_hi, v_lo) up to end = first + n_cols). A row shorter than
     a vector has only a head or only a tail; no column is in two slots. Broadcasts: j [1, 2S]
     against per-row [ROWS, 1] bounds, or j [2S] against scalars. ``head_start``: the column
-    of the first head slot where the head is not in the window's first SHIFT columns (whole
-    vectors finer than the window: v_lo - SHIFT, SHIFT then the vector's width).
+    of the first head slot, where whole vectors are finer than the window (SHIFT is then the
+    vector's width, and the head lies in [v_lo - SHIFT, v_lo), not in the window's first
+    SHIFT columns).
     """
     head = j < SHIFT
     tail_start = tl.maximum(v_hi, v_lo)
@@ -721,7 +722,7 @@ def _split_rows_ahead(x_ptr, y_ptr, part_ptr, n_rows, n_cols, stride_xm, stride_
                       chunk_cols, chunk, group, n_groups, start, cols, lanes, lane_ok,
                       SPLIT: tl.constexpr, NAN_IF_EMPTY: tl.constexpr, MAX_SPIN: tl.constexpr,
                       SHIFT: tl.constexpr, STAGES: tl.constexpr, POLL_LOADS: tl.constexpr,
-                      LOOSE: tl.constexpr = 0, EDGES: tl.constexpr = False):
+                      LOOSE: tl.constexpr, EDGES: tl.constexpr):
     """The split kernel's row loop with the exchange a row ahead (split_exchange_ahead).
 
     The row loop above reads its part of row r, publishes its (m_c, d_c) and waits for the
@@ -762,11 +763,11 @@ def _split_rows_ahead(x_ptr, y_ptr, part_ptr, n_rows, n_cols, stride_xm, stride_
 
 @triton.jit
 def _split_where(row64, n_cols, stride_xm, stride_ym, chunk_cols, start, cols,
-                 SHIFT: tl.constexpr, row_ok=None, LOOSE: tl.constexpr = 0):
+                 SHIFT: tl.constexpr, row_ok, LOOSE: tl.constexpr):
     """Where this program's part of split row ``row64`` lies: (x_base, y_base, first, v_lo,
     v_hi) as _row_window gives them (whole vectors of LOOSE elements if LOOSE > 0), and
-    col_ok, the mask of the part's columns. ``row_ok`` (if given) false masks them all: a
-    row past the tensor."""
+    col_ok, the mask of the part's columns. ``row_ok`` (None: every row) false masks them
+    all: a row past the tensor."""
     x_base, y_base, first, v_lo, v_hi = _row_window(row64, stride_xm, stride_ym, n_cols, SHIFT,
                                                     LOOSE)
     # The part's bounds as one comparison against the arange (with the row's bounds in
@@ -778,11 +779,11 @@ def _split_where(row64, n_cols, stride_xm, stride_ym, chunk_cols, start, cols,
 
 
 @triton.jit
-def _split_loose(first, v_lo, v_hi, n_cols, chunk, SHIFT: tl.constexpr, row_ok=None,
-                 LOOSE: tl.constexpr = 0, EDGES: tl.constexpr = False):
+def _split_loose(first, v_lo, v_hi, n_cols, chunk, SHIFT: tl.constexpr, row_ok,
+                 LOOSE: tl.constexpr, EDGES: tl.constexpr):
     """The row's loose elements (EDGES: windows, SHIFT > 1; chunk 0 owns them): their window
-    columns ke and mask oke (see _loose_columns), all masked where ``row_ok`` (if given) is
-    false. Without EDGES there are none: two unused slots, masked. With LOOSE > 0 they are
+    columns ke and mask oke (see _loose_columns), all masked where ``row_ok`` (None: every
+    row) is false. Without EDGES there are none: two unused slots, masked. With LOOSE > 0 they are
     the few outside the row's whole 16-byte vectors (2 LOOSE slots), not outside its whole
     windows (2 SHIFT slots: 128 for bf16 128-byte windows, whose max and sum then span the
     warps)."""
@@ -803,7 +804,7 @@ def _split_loose(first, v_lo, v_hi, n_cols, chunk, SHIFT: tl.constexpr, row_ok=N
 
 
 @triton.jit
-def _split_load_ok(cols, start, chunk_cols, n_cols, SHIFT: tl.constexpr, LOOSE: tl.constexpr = 0):
+def _split_load_ok(cols, start, chunk_cols, n_cols, SHIFT: tl.constexpr, LOOSE: tl.constexpr):
     """The mask a split part of windowed rows loads under (SHIFT > 1), the same for every row:
     its columns below the furthest whole vector of any row, ceil(n / SHIFT) windows (v_hi <=
     that); with whole vectors of LOOSE elements a row's v_hi can pass it (first + n rounded
@@ -817,13 +818,13 @@ def _split_load_ok(cols, start, chunk_cols, n_cols, SHIFT: tl.constexpr, LOOSE: 
 
 @triton.jit
 def _split_part(x_ptr, row64, n_cols, stride_xm, stride_ym, chunk, chunk_cols, start, cols,
-                SHIFT: tl.constexpr, row_ok=None, LOOSE: tl.constexpr = 0,
-                EDGES: tl.constexpr = False):
+                SHIFT: tl.constexpr, row_ok, LOOSE: tl.constexpr, EDGES: tl.constexpr):
     """One program's part of a split row, read once: (e, xe, m_c, d_c, where), its exps
     e = exp(x - m_c) over the part's columns (and xe over the row's loose elements, chunk 0
     only, SHIFT > 1), kept in registers until _split_finish writes them, the part's
     (m_c, d_c) for the exchange, and where they go: (y_base, col_ok, ke, oke). ``row_ok``
-    (if given) false reads nothing: a row past the tensor. LOOSE, EDGES: see _split_loose."""
+    (None: every row) false reads nothing: a row past the tensor. LOOSE, EDGES: see
+    _split_loose."""
     x_base, y_base, first, v_lo, v_hi, col_ok = _split_where(
         row64, n_cols, stride_xm, stride_ym, chunk_cols, start, cols, SHIFT, row_ok, LOOSE)
     # The chunk is read once and stays in registers until it is written.
@@ -832,9 +833,9 @@ def _split_part(x_ptr, row64, n_cols, stride_xm, stride_ym, chunk, chunk_cols, s
         # pipelined row loop carry every vector's mask from the stage that issues the copy
         # to the one that reads it (bf16 windows in chunks of 4096: 1,320 SASS instructions,
         # 1,192 without). So load with a mask that is the same for every row, the part's
-        # columns below ceil(n / SHIFT) windows, which holds every row's whole vectors (v_hi
-        # <= that), and apply the row's own bounds after the copy. The few neighbouring
-        # columns it also reads lie in memory x owns (the launcher checked: _window_fits).
+        # columns up to the furthest whole vector of any row (_split_load_ok), and apply the
+        # row's own bounds after the copy. The few neighbouring columns it also reads lie in
+        # memory x owns (the launcher checked: _window_fits).
         load_ok = _split_load_ok(cols, start, chunk_cols, n_cols, SHIFT, LOOSE)
         if row_ok is not None:
             load_ok = load_ok & row_ok
@@ -958,8 +959,8 @@ def _launch_plan(x2: torch.Tensor, y2: torch.Tensor, path: str, max_on_chip: int
     if (p.path == "split" and shift > vector and t["split_loose_vectors"]
             and not _window_fits(x2, shift, (n_cols + shift - 1) // vector * vector)):
         # Whole vectors of 16 bytes inside windows of shift: each part reads up to the
-        # furthest row's last whole vector (see _split_part), past what _window_fits checks
-        # below; where the last row's would leave memory x owns, the windows' own vectors.
+        # furthest row's last whole vector (_split_load_ok's bound), past what _window_fits
+        # checks below; where the last row's would leave memory x owns, the windows' own vectors.
         t = {**t, "split_loose_vectors": False}
     if shift > 1 and p.path in ("stream", "split") and not _window_fits(x2, shift):
         # The last row's end vector could reach past the memory x owns: element by element
@@ -1136,7 +1137,7 @@ def _on_chip_options(p: Plan, t: dict[str, Any], align: int, shift: int, nan_if_
 
 
 def _split_options(p: Plan, t: dict[str, Any], align: int, shift: int,
-                   nan_if_empty: bool, itemsize: int = 4) -> dict[str, Any]:
+                   nan_if_empty: bool, itemsize: int) -> dict[str, Any]:
     """The split kernel's constexprs, num_warps and register cap (maxnreg) for plan ``p`` under
     the knobs ``t`` on rows of ``itemsize``-byte elements: what the launcher passes, and what
     bench/split_ptxas.py compiles offline."""
