@@ -1181,19 +1181,25 @@ def test_the_shipped_split_launches_do_not_spill():
 
 def test_rows_off_a_sector_take_their_rows_knobs_then_the_callers():
     # Every other row of bf16 33,000 or 52,008 starts 16 bytes off a 32-byte sector. At
-    # 33,000 (and 22,520) the PLAN_TABLE row reads them unwindowed with the aligned rows'
-    # launch, the exchange a row ahead in chunks of 2048; at 52,008 as 128-byte windows in
-    # chunks of 8192, not ahead (the exchange a row ahead lost on windows). A caller's knob
-    # still wins over them: windows of 128 bytes at 33,000, chunks of 4096 at 52,008.
+    # 33,000 (and 22,520) the PLAN_TABLE row reads them with the aligned rows' launch, the
+    # exchange a row ahead in chunks of 2048, as 128-byte windows of 16-byte vectors; at
+    # 52,008 as 128-byte windows of their own vectors in chunks of 8192, not ahead. A
+    # caller's knob still wins over them: unwindowed at 33,000 (16-byte windows), chunks of
+    # 4096 at 52,008.
     own = _split_ptxas("--dtypes", "bfloat16", "--ns", "33000,22520,52008")
-    (wide,) = _split_ptxas("--dtypes", "bfloat16", "--ns", "33000",
-                           "--tuning", '{"split_window_bytes": 128}')
+    (narrow,) = _split_ptxas("--dtypes", "bfloat16", "--ns", "33000",
+                             "--tuning", '{"split_window_bytes": 16}')
     (mine,) = _split_ptxas("--dtypes", "bfloat16", "--ns", "52008",
                            "--tuning", '{"split_chunk": 4096}')
-    assert [(r["options"]["CHUNK"], r["options"]["AHEAD"], r["options"]["SHIFT"])
-            for r in (*own, wide, mine)] == [
-        (2048, True, 1), (2048, True, 1), (8192, False, 64), (2048, True, 64),
-        (4096, False, 64)]
+    assert [tuple(r["options"][k] for k in ("CHUNK", "AHEAD", "SHIFT", "LOOSE"))
+            for r in (*own, narrow, mine)] == [
+        (2048, True, 64, 8), (2048, True, 64, 8), (8192, False, 64, 0), (2048, True, 1, 0),
+        (4096, False, 64, 0)]
+
+
+# The split kernel's index helpers by name, for _split_cover's kernel: a compiled kernel calls
+# a jitted function that is a global of its module, not a module's attribute.
+split_where, split_loose, split_load_ok = sm._split_where, sm._split_loose, sm._split_load_ok
 
 
 def _split_cover(n: int, itemsize: int, loose: int, rows: int, chunk: int = 256):
@@ -1217,10 +1223,10 @@ def _split_cover(n: int, itemsize: int, loose: int, rows: int, chunk: int = 256)
         cols = tl.arange(0, CHUNK)
         EDGES: tl.constexpr = SHIFT > 1 and (LOOSE == 0 or ALIGN % LOOSE != 0)  # as the kernel
         SLOTS: tl.constexpr = ((2 * LOOSE if LOOSE > 0 else 2 * SHIFT) if EDGES else 2)
-        x_base, _y, first, v_lo, v_hi, col_ok = sm._split_where(
+        x_base, _y, first, v_lo, v_hi, col_ok = split_where(
             row64, n_cols, stride, stride, chunk_cols, start, cols, SHIFT, None, LOOSE)
-        ke, oke = sm._split_loose(first, v_lo, v_hi, n_cols, part, SHIFT, None, LOOSE, EDGES)
-        load_ok = sm._split_load_ok(cols, start, chunk_cols, n_cols, SHIFT, LOOSE)
+        ke, oke = split_loose(first, v_lo, v_hi, n_cols, part, SHIFT, None, LOOSE, EDGES)
+        load_ok = split_load_ok(cols, start, chunk_cols, n_cols, SHIFT, LOOSE)
         # the columns (from x's start) this part writes, -1 for none, and its loose ones
         tl.store(cols_ptr + pid * CHUNK + cols, tl.where(col_ok, x_base + start + cols, -1))
         tl.store(loose_ptr + pid * 2 * SHIFT + tl.arange(0, SLOTS), tl.where(oke, x_base + ke, -1))
@@ -1313,13 +1319,39 @@ def test_split_loose_vectors_take_the_vector_where_the_reach_fits(monkeypatch):
     assert loose(reach - 1) == 0 and loose(own) == 0
 
 
+def test_rows_off_a_sector_read_unwindowed_where_loose_vectors_do_not_fit(monkeypatch):
+    # bf16 33,016: every other row starts 16 bytes off a 32-byte sector, and the plan reads
+    # such rows as 128-byte windows of 16-byte vectors (off_sector_overrides). Where the last
+    # row's reach (its window's start + 33,072 columns) would leave x's memory, they are read
+    # unwindowed with the aligned rows' launch (as before the 16-byte vectors), not as
+    # 128-byte windows of their own vectors (which ran 10 points of copy behind).
+    monkeypatch.setattr(sm, "INTERPRETED", False)
+    monkeypatch.setattr(sm, "_sm_count", lambda device: 132)
+    n, rows = 33016, 8  # the last row starts 8 columns into its window and ends on one
+    last_window = (rows - 1) * n // 64 * 64
+    reach = last_window + (n + 63) // 8 * 8  # 264,176 columns from x's start
+    assert reach > rows * n  # past the last row's windows, which end with x
+
+    def launch(owned: int) -> tuple[int, int, bool]:
+        held = [torch.empty(owned, dtype=torch.bfloat16) for _ in range(16)]
+        starts = [b for b in held if b.data_ptr() % 128 == 0]
+        if not starts:
+            pytest.skip("no CPU allocation on a 128-byte boundary")
+        x = torch.as_strided(starts[0], (rows, n), (n, 1))
+        p, t, align, shift = sm._launch_plan(x, x, "auto", None, None, None)
+        return p.block, shift, bool(t["split_loose_vectors"])
+
+    assert launch(reach) == (2048, 64, True)
+    assert launch(reach - 1) == (2048, 1, False)
+
+
 def test_split_loose_vectors_compile_without_a_spill_and_leave_aligned_rows_alone():
     # With whole vectors of 16 bytes, odd rows' loose elements fit in 2 x 8 (16-bit) or 2 x 4
     # (fp32) slots: a different kernel (its PTX), with no spill under the plan's register
     # cap; aligned rows (no window) compile to the same code with the knob on.
-    on = '{"split_loose_vectors": true}'
+    on, off = '{"split_loose_vectors": true}', '{"split_loose_vectors": false}'
     odd = _split_ptxas("--dtypes", "bfloat16,float32", "--ns", "12289,50257", "--tuning", on)
-    plain = _split_ptxas("--dtypes", "bfloat16,float32", "--ns", "12289,50257")
+    plain = _split_ptxas("--dtypes", "bfloat16,float32", "--ns", "12289,50257", "--tuning", off)
     assert [r["options"]["LOOSE"] for r in odd] == [8, 8, 4, 4]
     assert [r["options"]["LOOSE"] for r in plain] == [0, 0, 0, 0]
     assert all(r["spill_bytes"] == 0 for r in odd), [r["spill_bytes"] for r in odd]
@@ -1327,11 +1359,11 @@ def test_split_loose_vectors_compile_without_a_spill_and_leave_aligned_rows_alon
     # rows off a sector (16-byte aligned) as 128-byte windows: whole vectors hold every row,
     # so no loose elements at all (EDGES off in the kernel)
     (off_sector,) = _split_ptxas("--dtypes", "bfloat16", "--ns", "52008", "--tuning", on)
-    (off_sector_plain,) = _split_ptxas("--dtypes", "bfloat16", "--ns", "52008")
+    (off_sector_plain,) = _split_ptxas("--dtypes", "bfloat16", "--ns", "52008", "--tuning", off)
     assert off_sector["options"]["LOOSE"] == 8 and off_sector["spill_bytes"] == 0
     assert off_sector["ptx_sha"] != off_sector_plain["ptx_sha"]
     (aligned_on,) = _split_ptxas("--dtypes", "bfloat16", "--ns", "65536", "--tuning", on)
-    (aligned,) = _split_ptxas("--dtypes", "bfloat16", "--ns", "65536")
+    (aligned,) = _split_ptxas("--dtypes", "bfloat16", "--ns", "65536", "--tuning", off)
     assert aligned_on["options"]["LOOSE"] == 0 and aligned_on["ptx_sha"] == aligned["ptx_sha"]
 
 
@@ -1339,10 +1371,10 @@ def test_bf16_windows_in_one_warp_fit_128_registers_without_a_spill():
     # Odd 16-bit rows of 2041-3072 run on chip as one window of 3 x 1024 in one warp: bf16
     # takes 163 registers there (triton 3.6; its conversions to fp32 keep the packed values
     # live), fp16 128, so an SM holds 12 bf16 warps and 16 fp16 ones (bf16 2047 at 90.5% of
-    # copy, fp16 99.6%). Under chip_maxnreg=128 (bench candidate "chip cap128") it must not
-    # spill, or the cap trades occupancy for local memory.
-    cap = '{"chip_maxnreg": 128}'
-    rows = _split_ptxas("--dtypes", "bfloat16,float16", "--ns", "2047,3001", "--tuning", cap)
+    # copy, fp16 99.6%). The plan caps them at 128 (chip_maxnreg in the PLAN_TABLE row's
+    # window_overrides: bf16 2047 at 96.9%); capped, they must not spill, or the cap trades
+    # occupancy for local memory.
+    rows = _split_ptxas("--dtypes", "bfloat16,float16", "--ns", "2047,3001")
     assert all(r["path"] == "on_chip" for r in rows)
     assert all(r["registers"] <= 128 and r["spill_bytes"] == 0 for r in rows), [
         (r["registers"], r["spill_bytes"]) for r in rows]

@@ -945,19 +945,21 @@ def _launch_plan(x2: torch.Tensor, y2: torch.Tensor, path: str, max_on_chip: int
         t_wide, p_wide = t, p
         if shift == 1 and wide > 1 and t["off_sector_overrides"]:
             # Aligned rows off a 32-byte sector, read as windows: their PLAN_TABLE row's knobs
-            # for them (the exchange a row ahead lost on 128-byte windows: H200, bf16 33,000
-            # 77% of copy against 87%), then the caller's. Knobs that narrow the windows to
-            # 16 bytes read such a row unwindowed, with the aligned rows' launch.
+            # for them (the exchange a row ahead lost on 128-byte windows of the windows'
+            # vectors: H200, bf16 33,000 77% of copy against 87%; with 16-byte vectors inside
+            # them it wins), then the caller's. Knobs that narrow the windows to 16 bytes read
+            # such a row unwindowed, with the aligned rows' launch; so does the launcher where
+            # the 16-byte vectors' reach would leave x's memory.
             t_wide = {**t, **t["off_sector_overrides"], **(tuning or {})}
             wide = _shift(itemsize, align, x2, y2, int(t_wide["split_window_bytes"]))
+            if t_wide["split_loose_vectors"] and not _loose_fits(x2, wide):
+                wide = shift
             if wide > shift:
                 p_wide = plan(n_cols + wide - 1, path="split", tile=tile, tuning=t_wide,
                               itemsize=itemsize, interpreted=INTERPRETED)
         if wide > shift and p_wide.split * p_wide.block >= n_cols + wide - 1:
             t, p, shift = t_wide, p_wide, wide
-    vector = 16 // itemsize
-    if (p.path == "split" and shift > vector and t["split_loose_vectors"]
-            and not _window_fits(x2, shift, (n_cols + shift - 1) // vector * vector)):
+    if p.path == "split" and t["split_loose_vectors"] and not _loose_fits(x2, shift):
         # Whole vectors of 16 bytes inside windows of shift: each part reads up to the
         # furthest row's last whole vector (_split_load_ok's bound), past what _window_fits
         # checks below; where the last row's would leave memory x owns, the windows' own vectors.
@@ -972,6 +974,15 @@ def _launch_plan(x2: torch.Tensor, y2: torch.Tensor, path: str, max_on_chip: int
             p = plan(n_cols, path="stream", tile=tile, tuning=t, itemsize=itemsize,
                      interpreted=INTERPRETED)
     return p, t, align, shift
+
+
+def _loose_fits(x2: torch.Tensor, shift: int) -> bool:
+    """Whether split windows of ``shift`` can take whole vectors of 16 bytes
+    (split_loose_vectors) on x2's rows: each part then reads up to the furthest row's last
+    whole vector, n + shift - 1 columns rounded down to a vector from the start of a row's
+    window (_split_load_ok's bound), which must lie in memory x2 owns for the last row."""
+    n_cols, vector = x2.shape[1], 16 // x2.element_size()
+    return shift > vector and _window_fits(x2, shift, (n_cols + shift - 1) // vector * vector)
 
 
 def _window_fits(x2: torch.Tensor, shift: int, reach: int | None = None) -> bool:

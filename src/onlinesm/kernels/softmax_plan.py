@@ -322,15 +322,30 @@ _SPLIT_FP32_AHEAD = dict(_SPLIT_FP32_LONG, **_AHEAD, split_chunk=4096, split_pro
 # 90.6 / 90.2 / 92.2 / 91.6% for chunks of 8192 four per SM, which windows keep)
 _SPLIT_FP32_AHEAD_2K = dict(_SPLIT_FP32_AHEAD, split_chunk=2048, split_warps=2,
                             split_programs_per_sm=10)
-# ... rows off a 32-byte sector of 20k-23k and 24,577-41k read unwindowed (16-byte windows: each
-# warp's loads straddle sectors) with the aligned rows' launch, the exchange a row ahead in
-# chunks of 2048 (H200, bf16, medians of 3: 21,000 / 33,000 / 36,008 at 88.6 / 88.8 / 89.5%
-# of copy against 86.3 / 86.8 / 88.5% as 128-byte windows without it)
-_OFF_SECTOR_UNWINDOWED = dict(split_window_bytes=16)
+# ... rows off a 32-byte sector of 20k-23k and 24,577-41k with the aligned rows' launch, the
+# exchange a row ahead in chunks of 2048, read as 128-byte windows whose whole vectors are 16
+# bytes (split_loose_vectors: such a row has no loose element). H200, medians of 3, bf16 /
+# fp16: 21,000 / 33,000 / 36,008 at 89.5 / 90.2 / 90.8% and 90.8 / 91.2 / 91.7% of copy
+# against 88.3 / 89.0 / 89.4% and 89.6 / 89.9 / 90.1% unwindowed (16-byte windows: each
+# warp's loads straddle sectors), which had beaten 128-byte windows of the windows' vectors
+# (86.3 / 86.8 / 88.5%, bf16). Where the loose vectors' reach leaves x's memory they are read
+# unwindowed (the launcher).
+_OFF_SECTOR_LOOSE = dict(split_loose_vectors=True)
 # ... of 49,153-131,072: windows (odd N) in chunks of 4096 (2 warps, ten per SM), rows off a
 # sector as 128-byte windows in chunks of 8192 five per SM
 _16_AHEAD_SMALL_WINDOWS = dict(window_overrides=_SPLIT_16_SMALL,
                                off_sector_overrides=_SPLIT_16_8K_WINDOWS)
+# ... with whole vectors of 16 bytes inside the 128-byte windows (split_loose_vectors: at
+# most 2 x 7 loose elements per row, reduced inside a warp) for windows of 9k-16k and 36k-49k
+# (H200, medians of 3, bf16 / fp16: 12,289 at 90.6 / 90.8% of copy against 89.0 / 89.4%,
+# 36,001 at 91.6 / 91.9% against 90.6 / 91.1%; level or up to 0.6 behind at 20,001, 24,577
+# and 50,257, which keep the windows' vectors)
+_SPLIT_16_SMALL_LOOSE = dict(_SPLIT_16_SMALL, split_loose_vectors=True)
+_SPLIT_16_8K_WINDOWS_LOOSE = dict(_SPLIT_16_8K_WINDOWS, split_loose_vectors=True)
+# odd 16-bit rows of 513-2048 on chip as windows (chip_windows_packed), 2048 columns per
+# program in 2 warps
+_CHIP_WINDOWS_2K = dict(chip_windows_packed=True, min_elems_per_program=2048,
+                        elems_per_thread=32, unaligned_elems_per_program=0)
 # 16-bit windows of 8k-32k: split in small chunks (the ones up to 8192 stay on chip)
 _WINDOWS_16_SMALL = dict(window_overrides=dict(_SPLIT_16_SMALL, max_on_chip=8192))
 PLAN_TABLE: list[tuple[int, int, int, dict[str, Any]]] = [
@@ -372,14 +387,22 @@ PLAN_TABLE: list[tuple[int, int, int, dict[str, Any]]] = [
     (2, 72, 136, dict(unaligned_elems_per_program=512)),
     (2, 136, 256, dict(unaligned_elems_per_program=1024)),
     (2, 256, 512, dict(unaligned_elems_per_program=2048)),
-    (2, 512, 2048, dict(unaligned_elems_per_program=2048, unaligned_elems_per_thread=32)),
-    (2, 2048, 4096, dict(chip_chunked=True, chunk_elems_per_thread=128)),
+    # ... windows (odd N) of 513-2048 as windows, 2048 columns per program in 2 warps (H200,
+    # medians of 3, bf16 / fp16: 1,001 / 1,500 at 87.6 / 94.3% and 88.8 / 95.5% of copy
+    # against 84.8 / 85.2% and 83.2 / 84.9% element by element)
+    (2, 512, 2048, dict(unaligned_elems_per_program=2048, unaligned_elems_per_thread=32,
+                        window_overrides=_CHIP_WINDOWS_2K)),
+    # ... windows of 2049-3072 on chip as 3 x 1024 in one warp: registers capped at 128, so an
+    # SM holds 16 such warps, not 12 (bf16 took 163; H200, medians of 3: bf16 2,047 / 2,501 at
+    # 96.9 / 100.1% of copy against 89.3 / 98.3%; fp16 compiles to 128 either way)
+    (2, 2048, 4096, dict(chip_chunked=True, chunk_elems_per_thread=128,
+                         window_overrides=dict(chip_maxnreg=128))),
     # ... windows (odd N) as wide as 9216 on chip, as one window, where a power-of-two block
     # and a tail cover them with less padding than 3 chunks (H200, medians of 3: bf16 4,097 /
     # 5,001 / 8,191 at 99.4 / 98.5 / 96.5% of copy against 88.4 / 97.0% on chip in 3 chunks
     # and 80.8% split; 9,001 86.3% against 85.8%), wider ones split in small chunks
     (2, 4096, 16384, dict(elems_per_thread=64, chip_chunked=True, chunk_elems_per_thread=128,
-                          window_overrides=dict(_SPLIT_16_SMALL, max_on_chip=9216,
+                          window_overrides=dict(_SPLIT_16_SMALL_LOOSE, max_on_chip=9216,
                                                 chip_tail=True))),
     # aligned rows of 16,385-20,480 on chip as 16,384 columns and a tail of 4096 in 16 warps;
     # windows (odd N) and rows up to 23,552, which 3 chunks of 8192 on chip would pad by 4% or
@@ -390,13 +413,13 @@ PLAN_TABLE: list[tuple[int, int, int, dict[str, Any]]] = [
                            window_overrides=dict(_SPLIT_16_SMALL, max_on_chip=16384))),
     (2, 20480, 23552, dict(_SPLIT_16_AHEAD_2K, max_on_chip=16384,
                            window_overrides=_SPLIT_16_SMALL,
-                           off_sector_overrides=_OFF_SECTOR_UNWINDOWED)),
+                           off_sector_overrides=_OFF_SECTOR_LOOSE)),
     (2, 23552, 24576, dict(chip_chunked=True, chunk_elems_per_thread=128, chip_stages=3,
                            **_WINDOWS_16_SMALL)),
     # aligned rows of 24,577-32,768 split with the exchange a row ahead in chunks of 2048,
     # rows off a sector unwindowed (as from 32,769), windows (odd N) in small chunks
     (2, 24576, 32768, dict(_SPLIT_16_AHEAD_2K, max_on_chip=16384,
-                           off_sector_overrides=_OFF_SECTOR_UNWINDOWED, **_WINDOWS_16_SMALL)),
+                           off_sector_overrides=_OFF_SECTOR_LOOSE, **_WINDOWS_16_SMALL)),
     # Long rows split across programs exchanging (m, d) as one self-flagging word polled in
     # one PTX loop with relaxed loads, the row loop pipelined in 3 stages (the next row's
     # chunk copied into shared memory while this row waits). Up to 131,072 with the exchange
@@ -411,11 +434,11 @@ PLAN_TABLE: list[tuple[int, int, int, dict[str, Any]]] = [
     # 32-byte sector of 32,769-40,960 unwindowed as the aligned rows, of 49,153-262,144 as
     # the windows.
     (2, 32768, 35840, dict(_SPLIT_16_AHEAD_2K, window_overrides=_SPLIT_16_WINDOWS,
-                           off_sector_overrides=_OFF_SECTOR_UNWINDOWED)),
-    (2, 35840, 40960, dict(_SPLIT_16_AHEAD_2K, window_overrides=_SPLIT_16_8K_WINDOWS,
-                           off_sector_overrides=_OFF_SECTOR_UNWINDOWED)),
+                           off_sector_overrides=_OFF_SECTOR_LOOSE)),
+    (2, 35840, 40960, dict(_SPLIT_16_AHEAD_2K, window_overrides=_SPLIT_16_8K_WINDOWS_LOOSE,
+                           off_sector_overrides=_OFF_SECTOR_LOOSE)),
     (2, 40960, 49152, dict(max_on_chip=49152, chip_chunked=True, chunk_elems_per_thread=128,
-                           window_overrides=dict(_SPLIT_16_8K_WINDOWS, max_on_chip=32768))),
+                           window_overrides=dict(_SPLIT_16_8K_WINDOWS_LOOSE, max_on_chip=32768))),
     (2, 49152, 65536, dict(_SPLIT_16_AHEAD_2K, **_16_AHEAD_SMALL_WINDOWS)),
     (2, 65536, 131072, dict(_SPLIT_16_AHEAD_4K, **_16_AHEAD_SMALL_WINDOWS)),
     (2, 131072, 262144, dict(_SPLIT_16_8K, split_programs_per_sm=5,
