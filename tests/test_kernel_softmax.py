@@ -268,10 +268,12 @@ def test_short_rows_off_the_vector_boundary_take_smaller_programs():
     assert launch(1000, torch.float32) == ("on_chip", 1024, 1, 1)
     assert launch(1024, torch.float32) == ("on_chip", 1024, 1, 1)
     assert launch(512, torch.float32)[2] == 8 and launch(2048, torch.float32)[2] == 2
-    # odd 16-bit rows of 513-2048: 32 elements per thread (two rows of 1001 in 2 warps)
-    x = torch.empty(64, 1001, dtype=torch.bfloat16, device=DEVICE)
-    p, _, _, shift = sm._launch_plan(x, torch.empty_like(x), "auto", None, None, None)
-    assert (p.block, p.rows_per_program, p.num_warps, shift) == (1024, 2, 2, 1)
+    # odd 16-bit rows of 513-2048: 32 elements per thread (two rows of 1001 in 2 warps), as
+    # windows from 810 (a window of 817 columns), element by element below
+    for n, windows in ((1001, 8), (810, 8), (809, 1), (777, 1)):
+        x = torch.empty(64, n, dtype=torch.bfloat16, device=DEVICE)
+        p, _, _, shift = sm._launch_plan(x, torch.empty_like(x), "auto", None, None, None)
+        assert (p.block, p.rows_per_program, p.num_warps, shift) == (1024, 2, 2, windows), n
     x = torch.empty(64, 1024, dtype=torch.bfloat16, device=DEVICE)  # aligned: as before
     assert sm._launch_plan(x, torch.empty_like(x), "auto", None, None, None)[0].num_warps == 8
     # 16-bit rows up to 65: several windows per program (width 63 + 7 -> a block of 128) ...
@@ -808,11 +810,10 @@ def _hard_rows(n: int, dtype) -> torch.Tensor:
 @gpu
 @requires_cuda
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("n", [1000, 4096, 5001, 9000, 12289, 17000, 18000, 20001, 21000, 24576,
-                               28680, 32768, 32769, 33000, 34000, 36000, 36008, 40001,
-                               50257, 52008, 65536, 65537, 98304, 131072 + 3, 151936, 262137,
-                               262144, 300_000,
-                               (1 << 20) + 3])
+@pytest.mark.parametrize("n", [777, 1000, 1001, 1999, 2047, 4096, 5001, 9000, 12289, 17000,
+                               18000, 20001, 21000, 24576, 28680, 32768, 32769, 33000, 34000,
+                               36000, 36008, 40001, 50257, 52008, 65536, 65537, 98304,
+                               131072 + 3, 151936, 262137, 262144, 300_000, (1 << 20) + 3])
 def test_gpu_long_rows_every_path(dtype, n):
     t = _hard_rows(n, dtype)
     for path in ("auto", "stream", "split", "split_packed") if n > 2048 else (
@@ -1143,15 +1144,15 @@ def test_the_shipped_split_launches_do_not_spill():
     assert len(rows) == 9
     # The exchange a row ahead (two parts live across the wait) where PLAN_TABLE runs it:
     # 16-bit 65,536 (above), 98,304, fp32 65,536 and 262,144 (above), bf16 rows off a 32-byte
-    # sector of 33,000 and 36,008 (read unwindowed); not on windows (odd N, or bf16 52,008 off
-    # a sector), which take their row's window knobs. (fp32 rows of 524,288 and 1,048,576,
-    # 128 and 256 lanes, spill 4 and 8 bytes under triton 3.9: see
-    # test_the_longest_fp32_rows_spill_at_most_a_word_a_row_ahead.)
+    # sector of 33,000 and 36,008 (as 128-byte windows of 16-byte vectors); not on odd N's
+    # windows, nor on bf16 52,008's (off a sector), which take their row's window knobs.
+    # (fp32 rows of 524,288 and 1,048,576, 128 and 256 lanes, spill 4 and 8 bytes under
+    # triton 3.9: see test_the_longest_fp32_rows_spill_at_most_a_word_a_row_ahead.)
     ahead = _split_ptxas("--dtypes", "bfloat16", "--ns",
                          "22000,33024,36000,98304,33000,36008,52008")
     assert [(r["options"]["AHEAD"], r["options"]["CHUNK"], r["options"]["SHIFT"] > 1)
             for r in ahead] == [(True, 2048, False), (True, 2048, False), (True, 2048, False),
-                                (True, 4096, False), (True, 2048, False), (True, 2048, False),
+                                (True, 4096, False), (True, 2048, True), (True, 2048, True),
                                 (False, 8192, True)]
     assert [(r["dtype"], r["options"]["AHEAD"]) for r in rows if r["n"] != 100001] == [
         ("bfloat16", True), ("bfloat16", False), ("float16", True), ("float16", False),

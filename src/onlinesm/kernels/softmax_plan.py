@@ -342,7 +342,7 @@ _16_AHEAD_SMALL_WINDOWS = dict(window_overrides=_SPLIT_16_SMALL,
 # and 50,257, which keep the windows' vectors)
 _SPLIT_16_SMALL_LOOSE = dict(_SPLIT_16_SMALL, split_loose_vectors=True)
 _SPLIT_16_8K_WINDOWS_LOOSE = dict(_SPLIT_16_8K_WINDOWS, split_loose_vectors=True)
-# odd 16-bit rows of 513-2048 on chip as windows (chip_windows_packed), 2048 columns per
+# odd 16-bit rows of 810-2041 on chip as windows (chip_windows_packed), 2048 columns per
 # program in 2 warps
 _CHIP_WINDOWS_2K = dict(chip_windows_packed=True, min_elems_per_program=2048,
                         elems_per_thread=32, unaligned_elems_per_program=0)
@@ -387,10 +387,13 @@ PLAN_TABLE: list[tuple[int, int, int, dict[str, Any]]] = [
     (2, 72, 136, dict(unaligned_elems_per_program=512)),
     (2, 136, 256, dict(unaligned_elems_per_program=1024)),
     (2, 256, 512, dict(unaligned_elems_per_program=2048)),
-    # ... windows (odd N) of 513-2048 as windows, 2048 columns per program in 2 warps (H200,
-    # medians of 3, bf16 / fp16: 1,001 / 1,500 at 87.6 / 94.3% and 88.8 / 95.5% of copy
-    # against 84.8 / 85.2% and 83.2 / 84.9% element by element)
-    (2, 512, 2048, dict(unaligned_elems_per_program=2048, unaligned_elems_per_thread=32,
+    # ... odd rows read as windows (n + 7 columns) of 817-2048, 2048 columns per program in 2
+    # warps; narrower ones element by element (H200, medians of 3, bf16 / fp16 against the
+    # rows element by element: 833 / 1,001 / 1,500 / 1,999 at 77.7 / 86.9 / 93.2 / 100.9% of
+    # copy against 76.2 / 83.9 / 84.2 / 90.3%, and 78.2 / 87.5 / 95.7 / 99.7% against 74.3 /
+    # 80.5 / 85.0 / 89.7%; 777 at 74.1% against 77.7% in bf16, level in fp16)
+    (2, 512, 816, dict(unaligned_elems_per_program=2048, unaligned_elems_per_thread=32)),
+    (2, 816, 2048, dict(unaligned_elems_per_program=2048, unaligned_elems_per_thread=32,
                         window_overrides=_CHIP_WINDOWS_2K)),
     # ... windows of 2049-3072 on chip as 3 x 1024 in one warp: registers capped at 128, so an
     # SM holds 16 such warps, not 12 (bf16 took 163; H200, medians of 3: bf16 2,047 / 2,501 at
