@@ -80,7 +80,8 @@ def variants(n: int, itemsize: int) -> list[tuple[str, dict[str, Any]]]:
       ``split c4096 w2 x10 packed st3 loads`` (shipped for rows of 16,385-23,552 and
       windows of 8k-32k), ``... w4 x8 ...``, ``c2048 w2 x16``.
     * ``chip cap128``: the shipped plan with the on-chip kernel compiled under a cap of 128
-      registers (``chip_maxnreg``), for 16-bit rows of 1025-4096.
+      registers (``chip_maxnreg``), for 16-bit rows of 1025-4096 (shipped for odd rows of
+      2042-3065, windows of 3 x 1024 in one warp).
     * ``chip chunks tail eptE``: on chip as 3 power-of-two chunks and a smaller tail past
       them (an odd 16-bit row of 12,289 is a window of 12,296: 3 x 4096 and a tail).
     * ``chip tail eptE [stS]``: on chip as a power-of-two block and a smaller power-of-two
@@ -93,7 +94,8 @@ def variants(n: int, itemsize: int) -> list[tuple[str, dict[str, Any]]]:
       16-byte vector (``split_window_bytes=16``), not off 128 bytes.
     * ``split loose16``: the shipped plan with split windows' whole vectors of 16 bytes, not of
       the window (``split_loose_vectors``: at most 2 x 7 loose elements a row in 16-bit, not
-      2 x 63, so chunk 0 reduces them inside a warp).
+      2 x 63, so chunk 0 reduces them inside a warp; shipped for 16-bit windows of 9k-16k and
+      36k-49k and rows off a sector of 20k-41k).
     * ``split st4``: the shipped plan with split rows pipelined in 4 stages (three rows'
       chunks in flight during a row's wait, not two).
     * ``split ahead cC wW xP``: split in chunks of C, W warps, P programs per SM, with the
