@@ -122,10 +122,14 @@ def variants(n: int, itemsize: int) -> list[tuple[str, dict[str, Any]]]:
     if n % (16 // itemsize) and 512 < n <= 2048:  # odd rows, fewer threads per row
         out.append(("chip m2048 ept32", dict(path="on_chip", tuning=dict(
             min_elems_per_program=2048, elems_per_thread=32))))
-        if itemsize == 2:  # ... the shipped shape, its rows as windows (16-byte vectors)
-            out.append(("chip windows m2048 ept32", dict(path="on_chip", tuning=dict(
-                chip_windows_packed=True, min_elems_per_program=2048, elems_per_thread=32,
-                unaligned_elems_per_program=0))))
+        if itemsize == 2:  # ... as windows (16-byte vectors), the shipped shape from 810
+            # (m2048 ept32) and around it: a row per warp, 4 warps, 4 rows per program
+            for per_program, ept in ((2048, 32), (1024, 32), (2048, 16), (4096, 32),
+                                     (4096, 64)):
+                out.append((f"chip windows m{per_program} ept{ept}", dict(
+                    path="on_chip", tuning=dict(
+                        chip_windows_packed=True, min_elems_per_program=per_program,
+                        elems_per_thread=ept, unaligned_elems_per_program=0))))
         out.append(("chip m4096 ept32", dict(path="on_chip", tuning=dict(
             min_elems_per_program=4096, elems_per_thread=32, unaligned_elems_per_program=0))))
     if n <= 2048:  # short rows: how many elements a program takes, and per thread
