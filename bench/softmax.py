@@ -79,6 +79,8 @@ def variants(n: int, itemsize: int) -> list[tuple[str, dict[str, Any]]]:
       32k-36k in ``c4096 w4 x8``), all in 32 lanes at least. 16-bit rows of 8k-49k:
       ``split c4096 w2 x10 packed st3 loads`` (shipped for rows of 16,385-23,552 and
       windows of 8k-32k), ``... w4 x8 ...``, ``c2048 w2 x16``.
+    * ``chip windows r1 w1``: odd 16-bit rows up to 2048 as windows, one per program in one
+      warp (``chip_warps=1``).
     * ``chip cap128``: the shipped plan with the on-chip kernel compiled under a cap of 128
       registers (``chip_maxnreg``), for 16-bit rows of 1025-4096 (shipped for odd rows of
       2042-3065, windows of 3 x 1024 in one warp).
@@ -112,6 +114,11 @@ def variants(n: int, itemsize: int) -> list[tuple[str, dict[str, Any]]]:
             for per_program in (4096, 16384):
                 out.append((f"chip windows m{per_program}", dict(path="on_chip", tuning=dict(
                     chip_windows_packed=True, min_elems_per_program=per_program))))
+            # ... or one per program in one warp (at most 32 programs share an SM: as many
+            # rows in flight per SM at any width)
+            out.append(("chip windows r1 w1", dict(path="on_chip", tuning=dict(
+                chip_windows_packed=True, min_elems_per_program=1, chip_warps=1,
+                unaligned_elems_per_program=0))))
     if n % (16 // itemsize) and n <= 128:  # tiny odd rows: smaller programs, or windows
         for per_program in (256, 512):
             out.append((f"chip m{per_program}", dict(path="on_chip", tuning=dict(
