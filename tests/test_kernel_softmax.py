@@ -1369,7 +1369,7 @@ def test_split_loose_vectors_compile_without_a_spill_and_leave_aligned_rows_alon
 
 
 def test_bf16_windows_in_one_warp_fit_128_registers_without_a_spill():
-    # Odd 16-bit rows of 2041-3072 run on chip as one window of 3 x 1024 in one warp: bf16
+    # Odd 16-bit rows of 2042-3065 run on chip as one window of 3 x 1024 in one warp: bf16
     # takes 163 registers there (triton 3.6; its conversions to fp32 keep the packed values
     # live), fp16 128, so an SM holds 12 bf16 warps and 16 fp16 ones (bf16 2047 at 90.5% of
     # copy, fp16 99.6%). The plan caps them at 128 (chip_maxnreg in the PLAN_TABLE row's

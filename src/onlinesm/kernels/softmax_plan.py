@@ -116,8 +116,9 @@ TUNING: dict[str, Any] = {
     # Knobs over the PLAN_TABLE row's for aligned rows that start off a 32-byte sector (16-bit
     # N an odd multiple of 8, fp32 an odd multiple of 4), which the split kernel reads as
     # windows of split_window_bytes (the launcher: _launch_plan): where a row splits with the
-    # exchange a row ahead, which lost on 128-byte windows, they take the windows' launch, or
-    # (split_window_bytes=16) are read unwindowed with the aligned rows' launch.
+    # exchange a row ahead, which lost on 128-byte windows of the windows' vectors, they take
+    # the windows' launch, or the aligned rows' launch as windows of 16-byte vectors
+    # (split_loose_vectors), or (split_window_bytes=16) read unwindowed.
     "off_sector_overrides": {},
     # Candidates for the H200 sweep (off by default until measured; bench/softmax.py --tune):
     "chip_chunked": False,  # cover a row by 3 power-of-two chunks when that pads less
@@ -277,6 +278,15 @@ TUNING: dict[str, Any] = {
 #: copy): 5,001 in chunks of 4096 (2 warps, eight per SM) 89% against 76% (Liger 79%);
 #: 12,289 / 20,001 / 30,001 in chunks of 2048 (2 warps, twelve per SM) 87 / 89 / 88% against
 #: 72 / 70 / 80%. 7,001 stays on chip (92% against 86%).
+#: Twenty-second round (medians of 3, % of copy, bf16 / fp16, against the previous plan in
+#: the same runs): split windows with whole vectors of 16 bytes (split_loose_vectors) at
+#: 9k-16k and 36k-49k: 12,289 / 36,001 / 45,001 at 90.2 / 91.7 / 91.7 and 90.1 / 92.1 /
+#: 92.8 against 89.0 / 90.6 / 91.2 and 89.1 / 91.4 / 92.4 (level or behind at 20,001,
+#: 24,577 and 50,257 in the screen); rows off a sector of 20k-41k as 128-byte windows of
+#: 16-byte vectors with the aligned rows' launch: 33,000 at 89.7 / 91.4 against 88.4 / 90.3
+#: unwindowed; odd rows of 810-2041 on chip as windows (833 / 1,001 / 1,500 / 1,999 up 1.5-10
+#: points; 777 lost 3.6 in bf16 and stays element by element); bf16 windows of 3 x 1024 in
+#: one warp capped at 128 registers: 2,047 at 98.0 against 90.1.
 _SPLIT_FP32_SMALL = dict(split_packed=True, split_stages=3, split_poll_loads=True,
                          split_warps=2)
 # fp32 windows of 8k-32k: chunks of 2048 in 2 warps, twelve per SM
@@ -338,8 +348,8 @@ _16_AHEAD_SMALL_WINDOWS = dict(window_overrides=_SPLIT_16_SMALL,
 # ... with whole vectors of 16 bytes inside the 128-byte windows (split_loose_vectors: at
 # most 2 x 7 loose elements per row, reduced inside a warp) for windows of 9k-16k and 36k-49k
 # (H200, medians of 3, bf16 / fp16: 12,289 at 90.6 / 90.8% of copy against 89.0 / 89.4%,
-# 36,001 at 91.6 / 91.9% against 90.6 / 91.1%; level or up to 0.6 behind at 20,001, 24,577
-# and 50,257, which keep the windows' vectors)
+# 36,001 at 91.6 / 91.9% against 90.6 / 91.1%, 45,001 91.7 / 92.8% against 91.2 / 92.4%;
+# level or up to 0.6 behind at 20,001, 24,577 and 50,257, which keep the windows' vectors)
 _SPLIT_16_SMALL_LOOSE = dict(_SPLIT_16_SMALL, split_loose_vectors=True)
 _SPLIT_16_8K_WINDOWS_LOOSE = dict(_SPLIT_16_8K_WINDOWS, split_loose_vectors=True)
 # odd 16-bit rows of 810-2041 on chip as windows (chip_windows_packed), 2048 columns per
@@ -410,8 +420,8 @@ PLAN_TABLE: list[tuple[int, int, int, dict[str, Any]]] = [
     # aligned rows of 16,385-20,480 on chip as 16,384 columns and a tail of 4096 in 16 warps;
     # windows (odd N) and rows up to 23,552, which 3 chunks of 8192 on chip would pad by 4% or
     # more, split in small chunks: aligned rows of 20,481-23,552 in chunks of 2048 with the
-    # exchange a row ahead, rows off a sector too (unwindowed), windows in chunks of 4096 ten
-    # per SM
+    # exchange a row ahead, rows off a sector too (as windows of 16-byte vectors), windows in
+    # chunks of 4096 ten per SM
     (2, 16384, 20480, dict(chip_tail=True, elems_per_thread=32,
                            window_overrides=dict(_SPLIT_16_SMALL, max_on_chip=16384))),
     (2, 20480, 23552, dict(_SPLIT_16_AHEAD_2K, max_on_chip=16384,
@@ -420,7 +430,8 @@ PLAN_TABLE: list[tuple[int, int, int, dict[str, Any]]] = [
     (2, 23552, 24576, dict(chip_chunked=True, chunk_elems_per_thread=128, chip_stages=3,
                            **_WINDOWS_16_SMALL)),
     # aligned rows of 24,577-32,768 split with the exchange a row ahead in chunks of 2048,
-    # rows off a sector unwindowed (as from 32,769), windows (odd N) in small chunks
+    # rows off a sector as windows of 16-byte vectors (as from 32,769), windows (odd N) in
+    # small chunks
     (2, 24576, 32768, dict(_SPLIT_16_AHEAD_2K, max_on_chip=16384,
                            off_sector_overrides=_OFF_SECTOR_LOOSE, **_WINDOWS_16_SMALL)),
     # Long rows split across programs exchanging (m, d) as one self-flagging word polled in
@@ -434,7 +445,8 @@ PLAN_TABLE: list[tuple[int, int, int, dict[str, Any]]] = [
     # 49,153-131,072 in chunks of 4096 ten per SM, past 262,144 as the aligned rows, of
     # 32,769-35,840 in chunks of 4096 eight per SM (five parts of 8192 just past 32,768
     # leave each program a short part and a whole program group to pay for). Rows off a
-    # 32-byte sector of 32,769-40,960 unwindowed as the aligned rows, of 49,153-262,144 as
+    # 32-byte sector of 32,769-40,960 with the aligned rows' launch as windows of 16-byte
+    # vectors, of 49,153-262,144 as
     # the windows.
     (2, 32768, 35840, dict(_SPLIT_16_AHEAD_2K, window_overrides=_SPLIT_16_WINDOWS,
                            off_sector_overrides=_OFF_SECTOR_LOOSE)),
