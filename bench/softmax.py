@@ -89,7 +89,8 @@ def variants(n: int, itemsize: int) -> list[tuple[str, dict[str, Any]]]:
     * ``chip tail eptE [stS]``: on chip as a power-of-two block and a smaller power-of-two
       tail past it (17,000 = 16,384 + a tail) with E elements per thread, past 16,384 with S
       pipelined stages or none; ``... cap64``: registers capped at 64 (two 16-warp programs
-      per SM).
+      per SM); ``... stS capR x4`` (16-bit rows of 8k-9k): S pipelined stages on a persistent
+      grid of 4 programs per SM, registers capped at R.
     * ``split unbalanced``: the shipped plan, a split row's programs owning whole chunks and
       a shorter last one rather than equal parts (``split_balanced``).
     * ``split win16``: the shipped plan with split rows windowed only where they start off a
@@ -189,6 +190,17 @@ def variants(n: int, itemsize: int) -> list[tuple[str, dict[str, Any]]]:
         for ept in epts:
             out.append((f"chip tail ept{ept}", dict(path="on_chip", tuning=dict(
                 chip_tail=True, chip_chunked=False, elems_per_thread=ept))))
+        if itemsize == 2 and 8184 < n <= 9216:
+            # ... a window (odd N) of 8k-9k (8192 and a tail) in 4 warps pipelined on a persistent grid of four
+            # programs per SM, registers capped so that four fit: each program's next rows
+            # are copied into shared memory while it reduces this one, so twice or three
+            # times the rows are in flight per SM (bf16 9,001 held 4 rows: 86% of copy)
+            for st, cap in ((2, 112), (3, 128)):
+                out.append((f"chip tail ept64 st{st} cap{cap} x4", dict(
+                    path="on_chip", tuning=dict(
+                        chip_tail=True, chip_chunked=False, elems_per_thread=64,
+                        chip_stages=st, chip_maxnreg=cap, chip_programs_per_sm=4,
+                        chip_pipelined_block_16bit=1 << 30))))
         if itemsize == 2 and 20480 < n <= 24576:  # 16 warps capped to let two share an SM
             out.append(("chip tail ept32 cap64", dict(path="on_chip", tuning=dict(
                 chip_tail=True, chip_chunked=False, elems_per_thread=32, chip_maxnreg=64))))
