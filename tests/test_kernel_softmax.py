@@ -529,6 +529,19 @@ def test_odd_rows_of_4k_to_9k_on_chip_as_a_block_and_a_tail(dtype):
             check(x, softmax(x, fully_masked=fm), fm)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_short_odd_rows_on_chip_as_windows(dtype):
+    # The shipped plan: odd 16-bit rows read as windows of 817-2048 columns (810-2041) on
+    # chip as windows; 2042-3065 as one window of 3 x 1024 in one warp (registers capped on
+    # the GPU); narrower rows element by element. On the hard rows, both conventions.
+    for n, windowed in ((809, False), (810, True), (1001, True), (2041, True), (2047, True)):
+        x = _hard_rows(n, dtype)
+        p, _t, _align, shift = sm._launch_plan(x, torch.empty_like(x), "auto", None, None, None)
+        assert (p.path, shift > 1) == ("on_chip", windowed), (n, p, shift)
+        for fm in ("zeros", "nan"):
+            check(x, softmax(x, fully_masked=fm), fm)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 def test_chunked_rows_packed_and_persistent(dtype):
     x = make(gaussian(9, 96, seed=21), dtype)  # 96 = 3 x 32: three chunks per row
