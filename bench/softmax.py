@@ -185,6 +185,10 @@ def variants(n: int, itemsize: int) -> list[tuple[str, dict[str, Any]]]:
         for ept in (64, 128) if itemsize == 2 else (32, 64):
             out.append((f"chip chunks tail ept{ept}", dict(path="on_chip", tuning=dict(
                 chip_chunked=True, chip_chunks_tail=True, chunk_elems_per_thread=ept))))
+    if tail and 1024 < n <= 4096:  # ... short rows too (1200 = 1024 + a tail, not 2048)
+        for ept in (16, 32):
+            out.append((f"chip tail ept{ept}", dict(path="on_chip", tuning=dict(
+                chip_tail=True, chip_chunked=False, elems_per_thread=ept))))
     if tail and 4096 < n <= 65536:  # a power-of-two block and a smaller tail past it
         epts = (32, 64) if itemsize == 2 else (16, 32)
         for ept in epts:
