@@ -52,7 +52,7 @@ def _launch(dtype: str, n: int, tuning: dict[str, Any] | None, path: str,
     # two contiguous rows on a 128-byte boundary, as the caching allocator hands them out on
     # the GPU (the row stride decides the split rows' windows: split_window_bytes), with the
     # slack of its 512-byte blocks past them (windows read whole vectors: _window_fits)
-    size = torch.empty(0, dtype=getattr(torch, dtype)).element_size()
+    size = _ITEMSIZES[dtype]
     buf = torch.empty(2 * n + (128 + 512) // size, dtype=getattr(torch, dtype))
     skip = -buf.data_ptr() % 128 // size
     x = buf[skip:skip + 2 * n].view(2, n)

@@ -1302,6 +1302,17 @@ def test_gpu_split_loose_vectors_at_every_window_offset(dtype, n):
             check(t, softmax(t, path="split", fully_masked=fm, tuning=knobs), fm)
 
 
+def _bf16_rows_owning(owned: int, rows: int, n: int) -> torch.Tensor:
+    """Contiguous bf16 rows (rows, n) on the CPU that start on 128 bytes, in a storage of
+    exactly ``owned`` elements (a view's storage is its whole buffer's), so _window_fits
+    sees that size and no allocator's rounding."""
+    held = [torch.empty(owned, dtype=torch.bfloat16) for _ in range(16)]
+    starts = [b for b in held if b.data_ptr() % 128 == 0]
+    if not starts:
+        pytest.skip("no CPU allocation on a 128-byte boundary")
+    return torch.as_strided(starts[0], (rows, n), (n, 1))
+
+
 def test_split_loose_vectors_take_the_vector_where_the_reach_fits(monkeypatch):
     # split_loose_vectors: odd rows as 128-byte windows with whole vectors of 16 bytes, so
     # each part reads up to the furthest row's last whole vector (n + 63 columns rounded down
@@ -1318,12 +1329,8 @@ def test_split_loose_vectors_take_the_vector_where_the_reach_fits(monkeypatch):
 
     def loose(owned: int) -> int:
         """LOOSE of the launch on x that starts on a 128-byte window and owns ``owned``
-        columns (a storage of that size: a view's storage is its whole buffer's)."""
-        held = [torch.empty(owned, dtype=torch.bfloat16) for _ in range(16)]
-        starts = [b for b in held if b.data_ptr() % 128 == 0]
-        if not starts:
-            pytest.skip("no CPU allocation on a 128-byte boundary")
-        x = torch.as_strided(starts[0], (rows, n), (n, 1))
+        columns."""
+        x = _bf16_rows_owning(owned, rows, n)
         p, t, align, shift = sm._launch_plan(x, x, "split", None, None,
                                              dict(split_loose_vectors=True))
         assert shift == 64
@@ -1347,11 +1354,7 @@ def test_rows_off_a_sector_read_unwindowed_where_loose_vectors_do_not_fit(monkey
     assert reach > rows * n  # past the last row's windows, which end with x
 
     def launch(owned: int) -> tuple[int, int, bool]:
-        held = [torch.empty(owned, dtype=torch.bfloat16) for _ in range(16)]
-        starts = [b for b in held if b.data_ptr() % 128 == 0]
-        if not starts:
-            pytest.skip("no CPU allocation on a 128-byte boundary")
-        x = torch.as_strided(starts[0], (rows, n), (n, 1))
+        x = _bf16_rows_owning(owned, rows, n)
         p, t, align, shift = sm._launch_plan(x, x, "auto", None, None, None)
         return p.block, shift, bool(t["split_loose_vectors"])
 

@@ -219,12 +219,9 @@ def _row_window(rows64, stride_xm, stride_ym, n_cols, SHIFT: tl.constexpr,
         # they fit, and every mask built from them is one 32-bit comparison per vector, not
         # a 64-bit one (two instructions) as with the row's 64-bit start.
         first = (start_x - x_base).to(tl.int32)
-        if GRAIN > 0:
-            v_lo = (first + GRAIN - 1) // GRAIN * GRAIN  # the head's loose elements end here
-            v_hi = (first + n_cols) // GRAIN * GRAIN  # the tail's loose elements start here
-        else:
-            v_lo = (first + SHIFT - 1) // SHIFT * SHIFT  # 0 or SHIFT: the head's loose elements end here
-            v_hi = (first + n_cols) // SHIFT * SHIFT  # the tail's loose elements start here
+        VEC: tl.constexpr = GRAIN if GRAIN > 0 else SHIFT  # the whole vectors' width
+        v_lo = (first + VEC - 1) // VEC * VEC  # the head's loose elements end here
+        v_hi = (first + n_cols) // VEC * VEC  # the tail's loose elements start here
     else:
         x_base = start_x
         y_base = rows64 * stride_ym
@@ -809,10 +806,8 @@ def _split_load_ok(cols, start, chunk_cols, n_cols, SHIFT: tl.constexpr, LOOSE: 
     its columns below the furthest whole vector of any row, ceil(n / SHIFT) windows (v_hi <=
     that); with whole vectors of LOOSE elements a row's v_hi can pass it (first + n rounded
     down to a vector, first up to SHIFT - 1), so then (n + SHIFT - 1) rounded down to LOOSE."""
-    if LOOSE > 0:
-        whole = (n_cols + SHIFT - 1) // LOOSE * LOOSE
-    else:
-        whole = (n_cols + SHIFT - 1) // SHIFT * SHIFT
+    VEC: tl.constexpr = LOOSE if LOOSE > 0 else SHIFT  # the whole vectors' width
+    whole = (n_cols + SHIFT - 1) // VEC * VEC
     return (cols < chunk_cols) & (start + cols < whole)
 
 

@@ -99,7 +99,8 @@ TUNING: dict[str, Any] = {
     # has at most 2 x 7 loose elements (16-bit; 2 x 3 in fp32), not 2 x 63 (2 x 31), and chunk
     # 0's max and sum of them stay inside a warp. Offline (triton 3.6, bf16 12,289 in chunks of
     # 4096): 14 -> 8 barriers, as many as aligned rows, and 1,232 -> 1,192 SASS instructions.
-    # Off until timed on the H200 (bench/softmax.py --tune: "split loose16").
+    # PLAN_TABLE turns it on for 16-bit windows of 9k-16k and 36k-49k and rows off a sector of
+    # 20k-41k (H200: 0.4-1.3 points of copy bandwidth); elsewhere it was level or behind.
     "split_loose_vectors": False,
     # Each split program reads its part of row r + 1 and publishes that part's (m, d) before
     # it waits for row r's: the wait that bounds split rows (Nsight Compute: latency) then
