@@ -268,12 +268,14 @@ def test_short_rows_off_the_vector_boundary_take_smaller_programs():
     assert launch(1000, torch.float32) == ("on_chip", 1024, 1, 1)
     assert launch(1024, torch.float32) == ("on_chip", 1024, 1, 1)
     assert launch(512, torch.float32)[2] == 8 and launch(2048, torch.float32)[2] == 2
-    # odd 16-bit rows of 513-2048: 32 elements per thread (two rows of 1001 in 2 warps), as
-    # windows from 810 (a window of 817 columns), element by element below
-    for n, windows in ((1001, 8), (810, 8), (809, 1), (777, 1)):
+    # odd 16-bit rows of 513-2048: 32 elements per thread; from 810 (a window of 817
+    # columns) as windows, a row per program (one warp for a row of 1001), element by element
+    # below (two rows of 809 in 2 warps)
+    for n, launch_ in ((1001, (1024, 1, 1, 8)), (810, (1024, 1, 1, 8)), (1500, (2048, 1, 2, 8)),
+                       (809, (1024, 2, 2, 1)), (777, (1024, 2, 2, 1))):
         x = torch.empty(64, n, dtype=torch.bfloat16, device=DEVICE)
         p, _, _, shift = sm._launch_plan(x, torch.empty_like(x), "auto", None, None, None)
-        assert (p.block, p.rows_per_program, p.num_warps, shift) == (1024, 2, 2, windows), n
+        assert (p.block, p.rows_per_program, p.num_warps, shift) == launch_, n
     x = torch.empty(64, 1024, dtype=torch.bfloat16, device=DEVICE)  # aligned: as before
     assert sm._launch_plan(x, torch.empty_like(x), "auto", None, None, None)[0].num_warps == 8
     # 16-bit rows up to 65: several windows per program (width 63 + 7 -> a block of 128) ...
