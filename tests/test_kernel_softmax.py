@@ -262,20 +262,26 @@ def test_short_rows_off_the_vector_boundary_take_smaller_programs():
     assert launch(256, torch.float32) == ("on_chip", 256, 16, 1)
     assert launch(127, torch.bfloat16) == ("on_chip", 128, 4, 1)
     assert launch(255, torch.bfloat16) == ("on_chip", 256, 4, 1)
-    assert launch(511, torch.float16) == ("on_chip", 512, 4, 1)
+    assert launch(505, torch.float16) == ("on_chip", 512, 4, 1)
     assert launch(3001, torch.float32)[2] == 1  # past the range: unchanged
     # aligned fp32 rows of 513-1024 one per program (2 warps), the rows around them packed
     assert launch(1000, torch.float32) == ("on_chip", 1024, 1, 1)
     assert launch(1024, torch.float32) == ("on_chip", 1024, 1, 1)
     assert launch(512, torch.float32)[2] == 8 and launch(2048, torch.float32)[2] == 2
-    # odd 16-bit rows of 513-2048: 32 elements per thread; from 810 (a window of 817
-    # columns) as windows, a row per program (one warp for a row of 1001), element by element
-    # below (two rows of 809 in 2 warps)
-    for n, launch_ in ((1001, (1024, 1, 1, 8)), (810, (1024, 1, 1, 8)), (1500, (2048, 1, 2, 8)),
-                       (809, (1024, 2, 2, 1)), (777, (1024, 2, 2, 1))):
+    # odd 16-bit rows of 506-2041 (windows of 513-2048 columns) as windows, a row per program
+    # in one warp; narrower ones element by element (four rows of 505 in 4 warps); windows of
+    # 3073-4096 as one block in 2 warps
+    for n, launch_ in ((1001, (1024, 1, 1, 8)), (506, (1024, 1, 1, 8)), (777, (1024, 1, 1, 8)),
+                       (1500, (2048, 1, 1, 8)), (2041, (2048, 1, 1, 8)), (505, (512, 4, 4, 1)),
+                       (3500, (4096, 1, 2, 8))):
         x = torch.empty(64, n, dtype=torch.bfloat16, device=DEVICE)
         p, _, _, shift = sm._launch_plan(x, torch.empty_like(x), "auto", None, None, None)
         assert (p.block, p.rows_per_program, p.num_warps, shift) == launch_, n
+    # aligned 16-bit rows of 1025-1536: 1024 columns and a tail (1200: 1024 + 256), not 2048
+    for n, launch_ in ((1200, (1024, 256, 2)), (1536, (1024, 512, 2)), (1544, (2048, 0, 8))):
+        x = torch.empty(64, n, dtype=torch.float16, device=DEVICE)
+        p = sm._launch_plan(x, torch.empty_like(x), "auto", None, None, None)[0]
+        assert (p.block, p.tail, p.num_warps) == launch_, n
     x = torch.empty(64, 1024, dtype=torch.bfloat16, device=DEVICE)  # aligned: as before
     assert sm._launch_plan(x, torch.empty_like(x), "auto", None, None, None)[0].num_warps == 8
     # 16-bit rows up to 65: several windows per program (width 63 + 7 -> a block of 128) ...
@@ -533,13 +539,17 @@ def test_odd_rows_of_4k_to_9k_on_chip_as_a_block_and_a_tail(dtype):
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
 def test_short_odd_rows_on_chip_as_windows(dtype):
-    # The shipped plan: odd 16-bit rows read as windows of 817-2048 columns (810-2041) on
-    # chip as windows; 2042-3065 as one window of 3 x 1024 in one warp (registers capped on
-    # the GPU); narrower rows element by element. On the hard rows, both conventions.
-    for n, windowed in ((809, False), (810, True), (1001, True), (2041, True), (2047, True)):
+    # The shipped plan: odd 16-bit rows read as windows of 513-2048 columns (506-2041) on
+    # chip as windows, one per program in one warp; 2042-3065 as one window of 3 x 1024 in one
+    # warp (registers capped on the GPU), 3066-4089 as one block of 4096 in 2 warps; narrower
+    # rows element by element; aligned rows of 1025-1536 as 1024 columns and a tail. On the
+    # hard rows, both conventions.
+    for n, windowed in ((505, False), (506, True), (777, True), (1001, True), (2041, True),
+                        (2047, True), (3500, True), (1200, False)):
         x = _hard_rows(n, dtype)
         p, _t, _align, shift = sm._launch_plan(x, torch.empty_like(x), "auto", None, None, None)
         assert (p.path, shift > 1) == ("on_chip", windowed), (n, p, shift)
+        assert (p.tail > 0) == (n == 1200), (n, p)
         for fm in ("zeros", "nan"):
             check(x, softmax(x, fully_masked=fm), fm)
 
@@ -825,10 +835,11 @@ def _hard_rows(n: int, dtype) -> torch.Tensor:
 @gpu
 @requires_cuda
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("n", [777, 1000, 1001, 1999, 2047, 4096, 5001, 9000, 12289, 17000,
-                               18000, 20001, 21000, 24576, 28680, 32768, 32769, 33000, 34000,
-                               36000, 36008, 40001, 50257, 52008, 65536, 65537, 98304,
-                               131072 + 3, 151936, 262137, 262144, 300_000, (1 << 20) + 3])
+@pytest.mark.parametrize("n", [505, 601, 777, 1000, 1001, 1200, 1300, 1999, 2047, 3500, 4096,
+                               5001, 9000, 12289, 17000, 18000, 20001, 21000, 24576, 28680,
+                               32768, 32769, 33000, 34000, 36000, 36008, 40001, 50257, 52008,
+                               65536, 65537, 98304, 131072 + 3, 151936, 262137, 262144, 300_000,
+                               (1 << 20) + 3])
 def test_gpu_long_rows_every_path(dtype, n):
     t = _hard_rows(n, dtype)
     for path in ("auto", "stream", "split", "split_packed") if n > 2048 else (

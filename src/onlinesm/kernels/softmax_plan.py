@@ -353,10 +353,10 @@ _16_AHEAD_SMALL_WINDOWS = dict(window_overrides=_SPLIT_16_SMALL,
 # level or up to 0.6 behind at 20,001, 24,577 and 50,257, which keep the windows' vectors)
 _SPLIT_16_SMALL_LOOSE = dict(_SPLIT_16_SMALL, split_loose_vectors=True)
 _SPLIT_16_8K_WINDOWS_LOOSE = dict(_SPLIT_16_8K_WINDOWS, split_loose_vectors=True)
-# odd 16-bit rows of 810-2041 on chip as windows (chip_windows_packed), one row per program,
-# 32 elements per thread: a window of up to 1024 columns in one warp, wider ones in 2
-_CHIP_WINDOWS_ROW = dict(chip_windows_packed=True, min_elems_per_program=1024,
-                         elems_per_thread=32, unaligned_elems_per_program=0)
+# odd 16-bit rows of 506-2041 on chip as windows (chip_windows_packed), one row per program in
+# one warp (up to 32 programs per SM: as many rows in flight at any width)
+_CHIP_WINDOWS_ONE_WARP = dict(chip_windows_packed=True, min_elems_per_program=1, chip_warps=1,
+                              unaligned_elems_per_program=0)
 # 16-bit windows of 8k-32k: split in small chunks (the ones up to 8192 stay on chip)
 _WINDOWS_16_SMALL = dict(window_overrides=dict(_SPLIT_16_SMALL, max_on_chip=8192))
 PLAN_TABLE: list[tuple[int, int, int, dict[str, Any]]] = [
@@ -398,21 +398,30 @@ PLAN_TABLE: list[tuple[int, int, int, dict[str, Any]]] = [
     (2, 72, 136, dict(unaligned_elems_per_program=512)),
     (2, 136, 256, dict(unaligned_elems_per_program=1024)),
     (2, 256, 512, dict(unaligned_elems_per_program=2048)),
-    # ... odd rows read as windows (n + 7 columns) of 817-2048 on chip as windows, one row per
-    # program, in one warp up to 1024 columns, narrower ones element by element (H200,
-    # medians of 3, bf16 / fp16: 1,001 / 1,013 at 99.4 / 99.6% and 98.3 / 100.1% of copy in
-    # one warp, against 87.8 / 88.3% and 88.4 / 90.7% two rows per program in 2 warps,
-    # against 83.9 / 85.5% and 80.5 / 83.1% element by element; 1,500 / 1,999 at 93.2 /
-    # 100.9% and 95.7 / 99.7% against 84.2 / 90.3% and 85.0 / 89.7% element by element; 777
-    # at 74.1% as two windows in 2 warps, against 77.7% in bf16, level in fp16)
-    (2, 512, 816, dict(unaligned_elems_per_program=2048, unaligned_elems_per_thread=32)),
-    (2, 816, 2048, dict(unaligned_elems_per_program=2048, unaligned_elems_per_thread=32,
-                        window_overrides=_CHIP_WINDOWS_ROW)),
+    # ... odd rows read as windows (n + 7 columns) of 513-2048 on chip as windows, one row per
+    # program in one warp (H200, medians of 3, bf16 / fp16: 601 / 777 / 1,300 / 1,500 at
+    # 86.1 / 97.8 / 95.4 / 99.8% and 88.3 / 98.8 / 97.5 / 99.7% of copy, against 67.6 / 77.5 /
+    # 86.6 / 93.9% and 66.4 / 75.3 / 88.6 / 95.2% element by element below 817 columns and
+    # one row per program in 2 warps above; 1,001 / 1,013 at 99.4 / 99.6% and 98.3 / 100.1%,
+    # against 87.8 / 88.3% and 88.4 / 90.7% two rows per program in 2 warps). Aligned rows of
+    # 1025-1536 on chip as 1024 columns and a tail, 32 per thread (1,200 at 100.0 / 100.2%
+    # against 81.5 / 86.0% padded to 2048)
+    (2, 512, 1024, dict(unaligned_elems_per_program=2048, unaligned_elems_per_thread=32,
+                        window_overrides=_CHIP_WINDOWS_ONE_WARP)),
+    (2, 1024, 1536, dict(chip_tail=True, chip_chunked=False, elems_per_thread=32,
+                         unaligned_elems_per_program=2048, unaligned_elems_per_thread=32,
+                         window_overrides=dict(_CHIP_WINDOWS_ONE_WARP, chip_tail=False))),
+    (2, 1536, 2048, dict(unaligned_elems_per_program=2048, unaligned_elems_per_thread=32,
+                         window_overrides=_CHIP_WINDOWS_ONE_WARP)),
     # ... windows of 2049-3072 on chip as 3 x 1024 in one warp: registers capped at 128, so an
     # SM holds 16 such warps, not 12 (bf16 took 163; H200, medians of 3: bf16 2,047 / 2,501 at
-    # 96.9 / 100.1% of copy against 89.3 / 98.3%; fp16 compiles to 128 either way)
-    (2, 2048, 4096, dict(chip_chunked=True, chunk_elems_per_thread=128,
+    # 96.9 / 100.1% of copy against 89.3 / 98.3%; fp16 compiles to 128 either way); windows of
+    # 3073-4096 as one block of 4096 in 2 warps, not 8 (3,500 at 99.2 / 100.0% against 85.0 /
+    # 87.1%)
+    (2, 2048, 3072, dict(chip_chunked=True, chunk_elems_per_thread=128,
                          window_overrides=dict(chip_maxnreg=128))),
+    (2, 3072, 4096, dict(chip_chunked=True, chunk_elems_per_thread=128,
+                         window_overrides=dict(chip_chunked=False, elems_per_thread=64))),
     # ... windows (odd N) as wide as 9216 on chip, as one window, where a power-of-two block
     # and a tail cover them with less padding than 3 chunks (H200, medians of 3: bf16 4,097 /
     # 5,001 / 8,191 at 99.4 / 98.5 / 96.5% of copy against 88.4 / 97.0% on chip in 3 chunks
