@@ -80,14 +80,15 @@ def variants(n: int, itemsize: int) -> list[tuple[str, dict[str, Any]]]:
       ``split c4096 w2 x10 packed st3 loads`` (shipped for rows of 16,385-23,552 and
       windows of 8k-32k), ``... w4 x8 ...``, ``c2048 w2 x16``.
     * ``chip windows r1 w1``: odd 16-bit rows up to 2048 as windows, one per program in one
-      warp (``chip_warps=1``).
+      warp (``chip_warps=1``; shipped for windows of 513-2048 columns, lost below).
     * ``chip cap128``: the shipped plan with the on-chip kernel compiled under a cap of 128
       registers (``chip_maxnreg``), for 16-bit rows of 1025-4096 (shipped for odd rows of
       2042-3065, windows of 3 x 1024 in one warp).
     * ``chip chunks tail eptE``: on chip as 3 power-of-two chunks and a smaller tail past
       them (an odd 16-bit row of 12,289 is a window of 12,296: 3 x 4096 and a tail).
     * ``chip tail eptE [stS]``: on chip as a power-of-two block and a smaller power-of-two
-      tail past it (17,000 = 16,384 + a tail) with E elements per thread, past 16,384 with S
+      tail past it (17,000 = 16,384 + a tail; 1200 = 1024 + 256, shipped at 32 per thread for
+      aligned 16-bit rows of 1025-1536) with E elements per thread, past 16,384 with S
       pipelined stages or none; ``... cap64``: registers capped at 64 (two 16-warp programs
       per SM); ``... stS capR x4`` (16-bit rows of 8k-9k): S pipelined stages on a persistent
       grid of 4 programs per SM, registers capped at R.

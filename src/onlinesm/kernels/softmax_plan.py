@@ -288,6 +288,11 @@ TUNING: dict[str, Any] = {
 #: unwindowed; odd rows of 810-2041 on chip as windows (833 / 1,001 / 1,500 / 1,999 up 1.5-10
 #: points; 777 lost 3.6 in bf16 and stays element by element); bf16 windows of 3 x 1024 in
 #: one warp capped at 128 registers: 2,047 at 98.0 against 90.1.
+#: Twenty-third round (medians of 3, % of copy, bf16 / fp16, against the previous plan in the
+#: same runs): odd rows of 506-2041 one window per program in one warp (601 / 777 / 1,300 at
+#: 85.8 / 97.2 / 95.5 and 88.4 / 98.9 / 97.8 against 67.3 / 76.9 / 86.6 and 66.2 / 74.8 /
+#: 88.9), aligned rows of 1025-1536 as 1024 and a tail (1,200 at 99.7 / 99.9 against 81.0 /
+#: 85.5), odd rows of 3066-4089 as 4096 in 2 warps (3,500 at 99.4 / 99.4 against 85.2 / 86.7).
 _SPLIT_FP32_SMALL = dict(split_packed=True, split_stages=3, split_poll_loads=True,
                          split_warps=2)
 # fp32 windows of 8k-32k: chunks of 2048 in 2 warps, twelve per SM
