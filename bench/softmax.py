@@ -81,6 +81,9 @@ def variants(n: int, itemsize: int) -> list[tuple[str, dict[str, Any]]]:
       windows of 8k-32k), ``... w4 x8 ...``, ``c2048 w2 x16``.
     * ``chip windows r1 w1``: odd 16-bit rows up to 2048 as windows, one per program in one
       warp (``chip_warps=1``; shipped for windows of 513-2048 columns, lost below).
+      ``chip windows r1 w1 tail``: the same as a block and a tail where that pads less (odd
+      rows of 513-1536: 601 as 512 + 256, 1300 as 1024 + 512; 78 registers against 100 in
+      bf16 at 1300, triton 3.9 offline).
     * ``chip cap128``: the shipped plan with the on-chip kernel compiled under a cap of 128
       registers (``chip_maxnreg``), for 16-bit rows of 1025-4096 (shipped for odd rows of
       2042-3065, windows of 3 x 1024 in one warp).
@@ -121,6 +124,10 @@ def variants(n: int, itemsize: int) -> list[tuple[str, dict[str, Any]]]:
             out.append(("chip windows r1 w1", dict(path="on_chip", tuning=dict(
                 chip_windows_packed=True, min_elems_per_program=1, chip_warps=1,
                 unaligned_elems_per_program=0))))
+            if 512 < n <= 1536:  # ... as a block and a tail (1300: 1024 + 512, not 2048)
+                out.append(("chip windows r1 w1 tail", dict(path="on_chip", tuning=dict(
+                    chip_windows_packed=True, min_elems_per_program=1, chip_warps=1,
+                    unaligned_elems_per_program=0, chip_tail=True))))
     if n % (16 // itemsize) and n <= 128:  # tiny odd rows: smaller programs, or windows
         for per_program in (256, 512):
             out.append((f"chip m{per_program}", dict(path="on_chip", tuning=dict(
