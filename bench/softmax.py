@@ -25,7 +25,7 @@ from typing import Any, Callable
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import copy_gbps, gbps, markdown_table, time_ms, write_outputs  # noqa: E402
 
-from onlinesm.kernels.softmax_plan import _chunking  # noqa: E402
+from onlinesm.kernels.softmax_plan import _SPLIT_16_SMALL_LOOSE, _chunking  # noqa: E402
 
 NS = [1000, 1024, 3000, 4096, 12288, 32768, 49152, 65536, 131072, 262144]
 
@@ -93,8 +93,9 @@ def variants(n: int, itemsize: int) -> list[tuple[str, dict[str, Any]]]:
       tail past it (17,000 = 16,384 + a tail; 1200 = 1024 + 256, shipped at 32 per thread for
       aligned 16-bit rows of 1025-1536) with E elements per thread, past 16,384 with S
       pipelined stages or none; ``... cap64``: registers capped at 64 (two 16-warp programs
-      per SM); ``... stS capR x4`` (16-bit rows of 8k-9k): S pipelined stages on a persistent
-      grid of 4 programs per SM, registers capped at R.
+      per SM).
+    * ``split loose16 c4096 w2 x10``: 16-bit windows of 8k-9k split as the wider ones (the
+      shipped launch of windows of 9k-16k).
     * ``split unbalanced``: the shipped plan, a split row's programs owning whole chunks and
       a shorter last one rather than equal parts (``split_balanced``).
     * ``split win16``: the shipped plan with split rows windowed only where they start off a
@@ -202,17 +203,13 @@ def variants(n: int, itemsize: int) -> list[tuple[str, dict[str, Any]]]:
         for ept in epts:
             out.append((f"chip tail ept{ept}", dict(path="on_chip", tuning=dict(
                 chip_tail=True, chip_chunked=False, elems_per_thread=ept))))
-        if itemsize == 2 and 8184 < n <= 9216:
-            # ... a window (odd N) of 8k-9k (8192 and a tail) in 4 warps pipelined on a persistent grid of four
-            # programs per SM, registers capped so that four fit: each program's next rows
-            # are copied into shared memory while it reduces this one, so twice or three
-            # times the rows are in flight per SM (bf16 9,001 held 4 rows: 86% of copy)
-            for st, cap in ((2, 112), (3, 128)):
-                out.append((f"chip tail ept64 st{st} cap{cap} x4", dict(
-                    path="on_chip", tuning=dict(
-                        chip_tail=True, chip_chunked=False, elems_per_thread=64,
-                        chip_stages=st, chip_maxnreg=cap, chip_programs_per_sm=4,
-                        chip_pipelined_block_16bit=1 << 30))))
+        if itemsize == 2 and 8184 < n <= 9216 and n % 8:
+            # ... or a window (odd N) of 8k-9k split as the wider windows are (chunks of 4096
+            # in 2 warps, ten per SM, whole vectors of 16 bytes: 10,001 at 91% of copy, where
+            # bf16 9,001 on chip as 8192 and a tail ran at 86%; split before the loose vectors
+            # and the 32-bit window offsets, 85.8%)
+            out.append(("split loose16 c4096 w2 x10", dict(
+                path="split", tuning=dict(_SPLIT_16_SMALL_LOOSE))))
         if itemsize == 2 and 20480 < n <= 24576:  # 16 warps capped to let two share an SM
             out.append(("chip tail ept32 cap64", dict(path="on_chip", tuning=dict(
                 chip_tail=True, chip_chunked=False, elems_per_thread=32, chip_maxnreg=64))))
