@@ -25,7 +25,8 @@ from typing import Any, Callable
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from _common import copy_gbps, gbps, markdown_table, time_ms, write_outputs  # noqa: E402
 
-from onlinesm.kernels.softmax_plan import _SPLIT_16_SMALL_LOOSE, _chunking  # noqa: E402
+from onlinesm.kernels.softmax_plan import (  # noqa: E402
+    _CHIP_WINDOWS_ONE_WARP, _SPLIT_16_SMALL_LOOSE, _chunking)
 
 NS = [1000, 1024, 3000, 4096, 12288, 32768, 49152, 65536, 131072, 262144]
 
@@ -123,12 +124,10 @@ def variants(n: int, itemsize: int) -> list[tuple[str, dict[str, Any]]]:
             # ... or one per program in one warp (at most 32 programs share an SM: as many
             # rows in flight per SM at any width)
             out.append(("chip windows r1 w1", dict(path="on_chip", tuning=dict(
-                chip_windows_packed=True, min_elems_per_program=1, chip_warps=1,
-                unaligned_elems_per_program=0))))
+                _CHIP_WINDOWS_ONE_WARP))))
             if 512 < n <= 1536:  # ... as a block and a tail (1300: 1024 + 512, not 2048)
                 out.append(("chip windows r1 w1 tail", dict(path="on_chip", tuning=dict(
-                    chip_windows_packed=True, min_elems_per_program=1, chip_warps=1,
-                    unaligned_elems_per_program=0, chip_tail=True))))
+                    _CHIP_WINDOWS_ONE_WARP, chip_tail=True))))
     if n % (16 // itemsize) and n <= 128:  # tiny odd rows: smaller programs, or windows
         for per_program in (256, 512):
             out.append((f"chip m{per_program}", dict(path="on_chip", tuning=dict(

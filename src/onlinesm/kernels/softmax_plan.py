@@ -362,6 +362,10 @@ _SPLIT_16_8K_WINDOWS_LOOSE = dict(_SPLIT_16_8K_WINDOWS, split_loose_vectors=True
 # one warp (up to 32 programs per SM: as many rows in flight at any width)
 _CHIP_WINDOWS_ONE_WARP = dict(chip_windows_packed=True, min_elems_per_program=1, chip_warps=1,
                               unaligned_elems_per_program=0)
+# ... the PLAN_TABLE rows of 513-2048: those windows, and odd rows loaded element by element
+# (where windows cannot be taken) 2048 elements per program, 32 per thread
+_SHORT_16 = dict(unaligned_elems_per_program=2048, unaligned_elems_per_thread=32,
+                 window_overrides=_CHIP_WINDOWS_ONE_WARP)
 # 16-bit windows of 8k-32k: split in small chunks (the ones up to 8192 stay on chip)
 _WINDOWS_16_SMALL = dict(window_overrides=dict(_SPLIT_16_SMALL, max_on_chip=8192))
 PLAN_TABLE: list[tuple[int, int, int, dict[str, Any]]] = [
@@ -411,13 +415,10 @@ PLAN_TABLE: list[tuple[int, int, int, dict[str, Any]]] = [
     # against 87.8 / 88.3% and 88.4 / 90.7% two rows per program in 2 warps). Aligned rows of
     # 1025-1536 on chip as 1024 columns and a tail, 32 per thread (1,200 at 100.0 / 100.2%
     # against 81.5 / 86.0% padded to 2048)
-    (2, 512, 1024, dict(unaligned_elems_per_program=2048, unaligned_elems_per_thread=32,
-                        window_overrides=_CHIP_WINDOWS_ONE_WARP)),
-    (2, 1024, 1536, dict(chip_tail=True, chip_chunked=False, elems_per_thread=32,
-                         unaligned_elems_per_program=2048, unaligned_elems_per_thread=32,
+    (2, 512, 1024, _SHORT_16),
+    (2, 1024, 1536, dict(_SHORT_16, chip_tail=True, chip_chunked=False, elems_per_thread=32,
                          window_overrides=dict(_CHIP_WINDOWS_ONE_WARP, chip_tail=False))),
-    (2, 1536, 2048, dict(unaligned_elems_per_program=2048, unaligned_elems_per_thread=32,
-                         window_overrides=_CHIP_WINDOWS_ONE_WARP)),
+    (2, 1536, 2048, _SHORT_16),
     # ... windows of 2049-3072 on chip as 3 x 1024 in one warp: registers capped at 128, so an
     # SM holds 16 such warps, not 12 (bf16 took 163; H200, medians of 3: bf16 2,047 / 2,501 at
     # 96.9 / 100.1% of copy against 89.3 / 98.3%; fp16 compiles to 128 either way); windows of
@@ -463,8 +464,7 @@ PLAN_TABLE: list[tuple[int, int, int, dict[str, Any]]] = [
     # 32,769-35,840 in chunks of 4096 eight per SM (five parts of 8192 just past 32,768
     # leave each program a short part and a whole program group to pay for). Rows off a
     # 32-byte sector of 32,769-40,960 with the aligned rows' launch as windows of 16-byte
-    # vectors, of 49,153-262,144 as
-    # the windows.
+    # vectors, of 49,153-262,144 as the windows.
     (2, 32768, 35840, dict(_SPLIT_16_AHEAD_2K, window_overrides=_SPLIT_16_WINDOWS,
                            off_sector_overrides=_OFF_SECTOR_LOOSE)),
     (2, 35840, 40960, dict(_SPLIT_16_AHEAD_2K, window_overrides=_SPLIT_16_8K_WINDOWS_LOOSE,
