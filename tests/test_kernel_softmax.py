@@ -325,9 +325,11 @@ def test_rows_of_4k_to_262k_split_where_on_chip_pads_or_windows_lose():
     assert launch(100001, windowed=True) == ("split", 4096, 25, 2)  # 49k-131k: chunks of 4096
     assert launch(150001, windowed=True) == ("split", 8192, 19, 4)  # 131k-262k: of 8192
     assert launch(300001, windowed=True) == ("split", 8192, 37, 4)
-    # 16-bit windows up to 9216 wide on chip, one per program, as a block and a tail
-    assert launch(8191, windowed=True) == ("on_chip", 8192, 1, 4)
+    # 16-bit windows up to 8448 wide on chip, one per program, as a block and a tail; wider
+    # ones split as the windows of 9k-16k
+    assert launch(8191, windowed=True) == launch(8441, windowed=True) == ("on_chip", 8192, 1, 4)
     assert sp.plan(8198, itemsize=2, interpreted=False, windowed=True).tail == 1024
+    assert launch(8442, windowed=True) == launch(9001, windowed=True) == ("split", 4096, 3, 2)
     assert launch(9210, windowed=True) == ("split", 4096, 3, 2)
     # fp32 windows where the on-chip block pads most: 9k-32k in chunks of 2048 in 2 warps;
     # 4k-6k and 8k-9k on chip as a block and a tail (test_odd_rows_of_4k_to_9k_on_chip...),
@@ -540,16 +542,21 @@ def test_odd_rows_of_4k_to_9k_on_chip_as_a_block_and_a_tail(dtype):
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
 def test_short_odd_rows_on_chip_as_windows(dtype):
     # The shipped plan: odd 16-bit rows read as windows of 513-2048 columns (506-2041) on
-    # chip as windows, one per program in one warp; 2042-3065 as one window of 3 x 1024 in one
-    # warp (registers capped on the GPU), 3066-4089 as one block of 4096 in 2 warps; narrower
-    # rows element by element; aligned rows of 1025-1536 as 1024 columns and a tail. On the
-    # hard rows, both conventions.
-    for n, windowed in ((505, False), (506, True), (777, True), (1001, True), (2041, True),
-                        (2047, True), (3500, True), (1200, False)):
+    # chip as windows, one per program in one warp, those of 513-1536 as a block and a tail
+    # where that pads less; 2042-3065 as one window of 3 x 1024 in one warp (registers
+    # capped on the GPU), 3066-4089 as one block of 4096 in 2 warps; narrower rows element by
+    # element; aligned rows of 1025-1536 as 1024 columns and a tail. On the hard rows, both
+    # conventions.
+    for n, windowed, tail in ((505, False, 0), (506, True, 256), (601, True, 256),
+                              (777, True, 0), (1001, True, 0), (1101, True, 256),
+                              (1300, True, 512), (1529, True, 512), (1537, True, 0),
+                              (2041, True, 0), (2047, True, 0), (3500, True, 0),
+                              (1200, False, 256)):
         x = _hard_rows(n, dtype)
         p, _t, _align, shift = sm._launch_plan(x, torch.empty_like(x), "auto", None, None, None)
         assert (p.path, shift > 1) == ("on_chip", windowed), (n, p, shift)
-        assert (p.tail > 0) == (n == 1200), (n, p)
+        assert p.rows_per_program == 1 or not windowed, (n, p)
+        assert p.tail == tail and p.block * p.chunks + p.tail >= n + shift - 1, (n, p)
         for fm in ("zeros", "nan"):
             check(x, softmax(x, fully_masked=fm), fm)
 
@@ -835,11 +842,11 @@ def _hard_rows(n: int, dtype) -> torch.Tensor:
 @gpu
 @requires_cuda
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("n", [505, 601, 777, 1000, 1001, 1200, 1300, 1999, 2047, 3500, 4096,
-                               5001, 9000, 12289, 17000, 18000, 20001, 21000, 24576, 28680,
-                               32768, 32769, 33000, 34000, 36000, 36008, 40001, 50257, 52008,
-                               65536, 65537, 98304, 131072 + 3, 151936, 262137, 262144, 300_000,
-                               (1 << 20) + 3])
+@pytest.mark.parametrize("n", [505, 601, 777, 1000, 1001, 1101, 1200, 1300, 1529, 1999, 2047,
+                               3500, 4096, 5001, 8441, 8501, 9000, 12289, 17000, 18000, 20001,
+                               21000, 24576, 28680, 32768, 32769, 33000, 34000, 36000, 36008,
+                               40001, 50257, 52008, 65536, 65537, 98304, 131072 + 3, 151936,
+                               262137, 262144, 300_000, (1 << 20) + 3])
 def test_gpu_long_rows_every_path(dtype, n):
     t = _hard_rows(n, dtype)
     for path in ("auto", "stream", "split", "split_packed") if n > 2048 else (

@@ -366,6 +366,9 @@ _CHIP_WINDOWS_ONE_WARP = dict(chip_windows_packed=True, min_elems_per_program=1,
 # (where windows cannot be taken) 2048 elements per program, 32 per thread
 _SHORT_16 = dict(unaligned_elems_per_program=2048, unaligned_elems_per_thread=32,
                  window_overrides=_CHIP_WINDOWS_ONE_WARP)
+# ... windows of 513-1536 as a power-of-two block and a smaller tail in that warp where that
+# pads less (601's window as 512 + 256 columns, 1,101's as 1024 + 256, not 1024 and 2048)
+_SHORT_16_TAIL = dict(_SHORT_16, window_overrides=dict(_CHIP_WINDOWS_ONE_WARP, chip_tail=True))
 # 16-bit windows of 8k-32k: split in small chunks (the ones up to 8192 stay on chip)
 _WINDOWS_16_SMALL = dict(window_overrides=dict(_SPLIT_16_SMALL, max_on_chip=8192))
 PLAN_TABLE: list[tuple[int, int, int, dict[str, Any]]] = [
@@ -415,9 +418,8 @@ PLAN_TABLE: list[tuple[int, int, int, dict[str, Any]]] = [
     # against 87.8 / 88.3% and 88.4 / 90.7% two rows per program in 2 warps). Aligned rows of
     # 1025-1536 on chip as 1024 columns and a tail, 32 per thread (1,200 at 100.0 / 100.2%
     # against 81.5 / 86.0% padded to 2048)
-    (2, 512, 1024, _SHORT_16),
-    (2, 1024, 1536, dict(_SHORT_16, chip_tail=True, chip_chunked=False, elems_per_thread=32,
-                         window_overrides=dict(_CHIP_WINDOWS_ONE_WARP, chip_tail=False))),
+    (2, 512, 1024, _SHORT_16_TAIL),
+    (2, 1024, 1536, dict(_SHORT_16_TAIL, chip_tail=True, chip_chunked=False, elems_per_thread=32)),
     (2, 1536, 2048, _SHORT_16),
     # ... windows of 2049-3072 on chip as 3 x 1024 in one warp: registers capped at 128, so an
     # SM holds 16 such warps, not 12 (bf16 took 163; H200, medians of 3: bf16 2,047 / 2,501 at
@@ -433,7 +435,7 @@ PLAN_TABLE: list[tuple[int, int, int, dict[str, Any]]] = [
     # 5,001 / 8,191 at 99.4 / 98.5 / 96.5% of copy against 88.4 / 97.0% on chip in 3 chunks
     # and 80.8% split; 9,001 86.3% against 85.8%), wider ones split in small chunks
     (2, 4096, 16384, dict(elems_per_thread=64, chip_chunked=True, chunk_elems_per_thread=128,
-                          window_overrides=dict(_SPLIT_16_SMALL_LOOSE, max_on_chip=9216,
+                          window_overrides=dict(_SPLIT_16_SMALL_LOOSE, max_on_chip=8448,
                                                 chip_tail=True))),
     # aligned rows of 16,385-20,480 on chip as 16,384 columns and a tail of 4096 in 16 warps;
     # windows (odd N) and rows up to 23,552, which 3 chunks of 8192 on chip would pad by 4% or
