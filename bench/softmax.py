@@ -81,10 +81,10 @@ def variants(n: int, itemsize: int) -> list[tuple[str, dict[str, Any]]]:
       ``split c4096 w2 x10 packed st3 loads`` (shipped for rows of 16,385-23,552 and
       windows of 8k-32k), ``... w4 x8 ...``, ``c2048 w2 x16``.
     * ``chip windows r1 w1``: odd 16-bit rows up to 2048 as windows, one per program in one
-      warp (``chip_warps=1``; shipped for windows of 513-2048 columns, lost below).
-      ``chip windows r1 w1 tail``: the same as a block and a tail where that pads less (odd
-      rows of 513-1536: 601 as 512 + 256, 1300 as 1024 + 512; 78 registers against 100 in
-      bf16 at 1300, triton 3.9 offline).
+      warp (``chip_warps=1``; shipped for windows of 1537-2048 columns, lost below 513).
+      ``chip windows r1 w1 tail``: the same as a block and a tail where that pads less
+      (shipped for windows of 513-1536: 601 as 512 + 256, 1300 as 1024 + 512; 78 registers
+      against 100 in bf16 at 1300, triton 3.9 offline).
     * ``chip cap128``: the shipped plan with the on-chip kernel compiled under a cap of 128
       registers (``chip_maxnreg``), for 16-bit rows of 1025-4096 (shipped for odd rows of
       2042-3065, windows of 3 x 1024 in one warp).
@@ -95,8 +95,8 @@ def variants(n: int, itemsize: int) -> list[tuple[str, dict[str, Any]]]:
       aligned 16-bit rows of 1025-1536) with E elements per thread, past 16,384 with S
       pipelined stages or none; ``... cap64``: registers capped at 64 (two 16-warp programs
       per SM).
-    * ``split loose16 c4096 w2 x10``: 16-bit windows of 8k-9k split as the wider ones (the
-      shipped launch of windows of 9k-16k).
+    * ``split loose16 c4096 w2 x10``: 16-bit windows of 8185-8448 split as the wider ones
+      (the shipped launch of windows of 8449-16,384).
     * ``split unbalanced``: the shipped plan, a split row's programs owning whole chunks and
       a shorter last one rather than equal parts (``split_balanced``).
     * ``split win16``: the shipped plan with split rows windowed only where they start off a
@@ -204,9 +204,10 @@ def variants(n: int, itemsize: int) -> list[tuple[str, dict[str, Any]]]:
                 chip_tail=True, chip_chunked=False, elems_per_thread=ept))))
         if itemsize == 2 and 8184 < n <= 9216 and n % 8:
             # ... or a window (odd N) of 8k-9k split as the wider windows are (chunks of 4096
-            # in 2 warps, ten per SM, whole vectors of 16 bytes: 10,001 at 91% of copy, where
-            # bf16 9,001 on chip as 8192 and a tail ran at 86%; split before the loose vectors
-            # and the 32-bit window offsets, 85.8%)
+            # in 2 warps, ten per SM, whole vectors of 16 bytes): shipped for windows of
+            # 8449-9216 (bf16 9,001 at 88% of copy against 86% on chip as 8192 and a tail;
+            # 8,191 at 85% against 96%). Parts of 8192 in 4 warps five per SM, of 4096 in 4
+            # warps eight per SM, or of 2048 in 2 warps sixteen per SM lost at 8k-14k.
             out.append(("split loose16 c4096 w2 x10", dict(
                 path="split", tuning=dict(_SPLIT_16_SMALL_LOOSE))))
         if itemsize == 2 and 20480 < n <= 24576:  # 16 warps capped to let two share an SM

@@ -293,6 +293,11 @@ TUNING: dict[str, Any] = {
 #: 85.8 / 97.2 / 95.5 and 88.4 / 98.9 / 97.8 against 67.3 / 76.9 / 86.6 and 66.2 / 74.8 /
 #: 88.9), aligned rows of 1025-1536 as 1024 and a tail (1,200 at 99.7 / 99.9 against 81.0 /
 #: 85.5), odd rows of 3066-4089 as 4096 in 2 warps (3,500 at 99.4 / 99.4 against 85.2 / 86.7).
+#: Twenty-fourth round (medians of 3, % of copy, bf16 / fp16, against the previous plan in
+#: the same runs): windows of 513-1536 as a block and a tail in one warp (531 / 601 / 1,101 /
+#: 1,300 at 82.0 / 88.8 / 100.5 / 99.5 and 82.0 / 90.2 / 100.1 / 99.6 against 78.7 / 85.0 /
+#: 88.1 / 95.3 and 80.6 / 87.5 / 91.4 / 97.2), windows of 8449-9216 split in chunks of 4096
+#: (9,001 / 9,209 at 88.4 / 90.1 and 89.3 / 91.1 against 85.6 / 86.6 and 86.9 / 87.8).
 _SPLIT_FP32_SMALL = dict(split_packed=True, split_stages=3, split_poll_loads=True,
                          split_warps=2)
 # fp32 windows of 8k-32k: chunks of 2048 in 2 warps, twelve per SM
@@ -415,9 +420,11 @@ PLAN_TABLE: list[tuple[int, int, int, dict[str, Any]]] = [
     # 86.1 / 97.8 / 95.4 / 99.8% and 88.3 / 98.8 / 97.5 / 99.7% of copy, against 67.6 / 77.5 /
     # 86.6 / 93.9% and 66.4 / 75.3 / 88.6 / 95.2% element by element below 817 columns and
     # one row per program in 2 warps above; 1,001 / 1,013 at 99.4 / 99.6% and 98.3 / 100.1%,
-    # against 87.8 / 88.3% and 88.4 / 90.7% two rows per program in 2 warps). Aligned rows of
-    # 1025-1536 on chip as 1024 columns and a tail, 32 per thread (1,200 at 100.0 / 100.2%
-    # against 81.5 / 86.0% padded to 2048)
+    # against 87.8 / 88.3% and 88.4 / 90.7% two rows per program in 2 warps); those of
+    # 513-1536 as a block and a tail where that pads less (bf16 / fp16 1,101 / 1,151 at 99.4 /
+    # 99.3% and 99.5 / 98.4% against 88.0 / 89.7% and 90.3 / 92.0% as one block; level at
+    # 1,401 and 1,529). Aligned rows of 1025-1536 on chip as 1024 columns and a tail, 32 per
+    # thread (1,200 at 100.0 / 100.2% against 81.5 / 86.0% padded to 2048)
     (2, 512, 1024, _SHORT_16_TAIL),
     (2, 1024, 1536, dict(_SHORT_16_TAIL, chip_tail=True, chip_chunked=False, elems_per_thread=32)),
     (2, 1536, 2048, _SHORT_16),
@@ -430,10 +437,12 @@ PLAN_TABLE: list[tuple[int, int, int, dict[str, Any]]] = [
                          window_overrides=dict(chip_maxnreg=128))),
     (2, 3072, 4096, dict(chip_chunked=True, chunk_elems_per_thread=128,
                          window_overrides=dict(chip_chunked=False, elems_per_thread=64))),
-    # ... windows (odd N) as wide as 9216 on chip, as one window, where a power-of-two block
+    # ... windows (odd N) as wide as 8448 on chip, as one window, where a power-of-two block
     # and a tail cover them with less padding than 3 chunks (H200, medians of 3: bf16 4,097 /
     # 5,001 / 8,191 at 99.4 / 98.5 / 96.5% of copy against 88.4 / 97.0% on chip in 3 chunks
-    # and 80.8% split; 9,001 86.3% against 85.8%), wider ones split in small chunks
+    # and 80.8% split), wider ones split in small chunks (the tail of 1024 costs more the
+    # more of it is live: bf16 8,441 / 9,001 / 9,209 on chip at 86.6 / 85.4 / 85.7%, split
+    # 86.4 / 88.1 / 89.3%)
     (2, 4096, 16384, dict(elems_per_thread=64, chip_chunked=True, chunk_elems_per_thread=128,
                           window_overrides=dict(_SPLIT_16_SMALL_LOOSE, max_on_chip=8448,
                                                 chip_tail=True))),
