@@ -28,7 +28,8 @@
 #         on this tree and on each .xfer/<name>/ (another commit's src/ and strategies/, made
 #         with `mkdir -p .xfer/base && git archive HEAD src strategies | tar -x -C .xfer/base`;
 #         untracked, so it travels with the tree), interleaved AB_RUNS times (3), then each
-#         tree's medians (AB_NS, AB_DTYPES; AB_ONLY: also the --tune candidates so named).
+#         tree's medians (AB_NS, AB_DTYPES; AB_ONLY: also the --tune candidates so named);
+#         sanitize: kernel tests under compute-sanitizer (SANITIZE_TESTS, SANITIZE_TOOL).
 # A run longer than one call's limit goes through bench/gpu_background.sh.
 # The machine has torch and triton but not onlinesm: it runs from src/ (with strategies/
 # linked in as onlinesm.strategies); wheels under .whl/ (Liger) are installed first.
@@ -114,6 +115,16 @@ for phase in "$@"; do
         grep -a -E "No kernels were profiled|Memory Throughput|DRAM Throughput|Compute \(SM\) Throughput|Achieved Occupancy|Theoretical Occupancy|Registers Per Thread|L2 Hit Rate|Duration|Warp Cycles Per Issued|Issue Slots Busy|Stall" "$OUT/ncu_$case.txt" | head -18
         start=$SECONDS
       done ;;
+    sanitize)
+      # the kernel tests SANITIZE_TESTS picks (a -k filter) under compute-sanitizer's
+      # SANITIZE_TOOL (memcheck: out-of-bounds and misaligned global accesses; racecheck:
+      # shared-memory hazards), within SANITIZE_S seconds
+      cs=$(command -v compute-sanitizer || ls /usr/local/cuda*/bin/compute-sanitizer 2>/dev/null | head -1)
+      timeout "${SANITIZE_S:-300}" "${cs:-compute-sanitizer}" --tool "${SANITIZE_TOOL:-memcheck}" --error-exitcode 9 \
+        --print-limit 20 python3 -m pytest -q -x -p no:cacheprovider tests/test_kernel_softmax.py \
+        -k "${SANITIZE_TESTS:-long_rows_every_path and 9000}" > "$OUT/sanitize_${SANITIZE_TOOL:-memcheck}.log" 2>&1
+      echo "== compute-sanitizer ${SANITIZE_TOOL:-memcheck}: rc=$? $((SECONDS - start)) s"
+      grep -a -E "ERROR SUMMARY|passed|failed|Invalid|Race" "$OUT/sanitize_${SANITIZE_TOOL:-memcheck}.log" | head -12 ;;
     ab)
       trees="$X"
       for d in "$X"/.xfer/*/src; do [ -d "$d" ] && trees="$trees $(dirname "$d")"; done

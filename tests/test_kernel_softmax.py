@@ -269,14 +269,16 @@ def test_short_rows_off_the_vector_boundary_take_smaller_programs():
     assert launch(1024, torch.float32) == ("on_chip", 1024, 1, 1)
     assert launch(512, torch.float32)[2] == 8 and launch(2048, torch.float32)[2] == 2
     # odd 16-bit rows of 506-2041 (windows of 513-2048 columns) as windows, a row per program
-    # in one warp; narrower ones element by element (four rows of 505 in 4 warps); windows of
-    # 3073-4096 as one block in 2 warps
-    for n, launch_ in ((1001, (1024, 1, 1, 8)), (506, (1024, 1, 1, 8)), (777, (1024, 1, 1, 8)),
-                       (1500, (2048, 1, 1, 8)), (2041, (2048, 1, 1, 8)), (505, (512, 4, 4, 1)),
-                       (3500, (4096, 1, 2, 8))):
+    # in one warp, those of 513-1536 as a block and a tail where that pads less; narrower ones
+    # element by element (four rows of 505 in 4 warps); windows of 3073-4096 as one block in
+    # 2 warps
+    for n, launch_ in ((1001, (1024, 0, 1, 1, 8)), (506, (512, 256, 1, 1, 8)),
+                       (777, (1024, 0, 1, 1, 8)), (1500, (1024, 512, 1, 1, 8)),
+                       (2041, (2048, 0, 1, 1, 8)), (505, (512, 0, 4, 4, 1)),
+                       (3500, (4096, 0, 1, 2, 8))):
         x = torch.empty(64, n, dtype=torch.bfloat16, device=DEVICE)
         p, _, _, shift = sm._launch_plan(x, torch.empty_like(x), "auto", None, None, None)
-        assert (p.block, p.rows_per_program, p.num_warps, shift) == launch_, n
+        assert (p.block, p.tail, p.rows_per_program, p.num_warps, shift) == launch_, n
     # aligned 16-bit rows of 1025-1536: 1024 columns and a tail (1200: 1024 + 256), not 2048
     for n, launch_ in ((1200, (1024, 256, 2)), (1536, (1024, 512, 2)), (1544, (2048, 0, 8))):
         x = torch.empty(64, n, dtype=torch.float16, device=DEVICE)
