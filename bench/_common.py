@@ -68,20 +68,35 @@ def write_outputs(stem: str, data: Any, markdown: str) -> None:
 def ptxas_sm90(compiled: Any) -> dict[str, Any]:
     """What ``ptxas -v`` says of a kernel compiled for sm_90 (``triton.compile`` with
     ``GPUTarget("cuda", 90, 128)``, no GPU needed): ``{"registers", "spill_bytes", "shared",
-    "report"}`` (spill_bytes: spill stores; report: ptxas's whole output, warnings included)."""
+    "sass_instructions", "report"}`` (spill_bytes: spill stores; sass_instructions: see
+    _sass_instructions; report: ptxas's whole output, warnings included)."""
     from triton.backends.nvidia.compiler import get_ptxas
 
+    ptxas = get_ptxas(90).path
     with tempfile.TemporaryDirectory() as tmp:
-        ptx = os.path.join(tmp, "kernel.ptx")
+        ptx, cubin = os.path.join(tmp, "kernel.ptx"), os.path.join(tmp, "kernel.cubin")
         with open(ptx, "w") as f:
             f.write(compiled.asm["ptx"])
-        out = subprocess.run([get_ptxas(90).path, "-arch=sm_90a", "-v", ptx, "-o",
-                              os.path.join(tmp, "kernel.cubin")], capture_output=True, text=True)
-    report = out.stdout + out.stderr
-    if out.returncode != 0:
-        raise RuntimeError(f"ptxas failed: {report.strip()[-300:]}")
+        out = subprocess.run([ptxas, "-arch=sm_90a", "-v", ptx, "-o", cubin],
+                             capture_output=True, text=True)
+        report = out.stdout + out.stderr
+        if out.returncode != 0:
+            raise RuntimeError(f"ptxas failed: {report.strip()[-300:]}")
+        sass = _sass_instructions(os.path.join(os.path.dirname(ptxas), "nvdisasm"), cubin)
     registers = re.search(r"Used (\d+) registers", report)
     spills = re.search(r"(\d+) bytes spill stores", report)
     return dict(registers=int(registers.group(1)) if registers else None,
                 spill_bytes=int(spills.group(1)) if spills else 0,
-                shared=int(getattr(compiled.metadata, "shared", 0)), report=report)
+                shared=int(getattr(compiled.metadata, "shared", 0)),
+                sass_instructions=sass, report=report)
+
+
+def _sass_instructions(nvdisasm: str, cubin: str) -> int | None:
+    """The SASS instructions in ``cubin`` (nvdisasm's lines with an address), a rough measure
+    of a latency-bound kernel's work per row; None where nvdisasm is not beside ptxas."""
+    if not os.path.exists(nvdisasm):
+        return None
+    out = subprocess.run([nvdisasm, "-c", cubin], capture_output=True, text=True)
+    if out.returncode != 0:
+        return None
+    return len(re.findall(r"/\*[0-9a-f]{4}\*/", out.stdout))

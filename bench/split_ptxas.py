@@ -26,6 +26,7 @@ import hashlib
 import importlib
 import json
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -95,7 +96,9 @@ def compile_launch(dtype: str, n: int, tuning: dict[str, Any] | None = None,
 def _compile(fn: Any, n: int, options: dict[str, Any], pointers: dict[str, str],
              aligned_ints: list[str]) -> dict[str, Any]:
     """``fn`` compiled for sm_90a as the launcher would launch it on rows of ``n``:
-    ``{"options", "registers", "spill_bytes", "shared"}`` (spill_bytes: ptxas's spill stores)."""
+    ``{"options", "registers", "spill_bytes", "shared", "ptx_sha", "sass_instructions",
+    "widened_pairs", "cvt_bf16"}`` (spill_bytes: ptxas's spill stores; widened_pairs: pairs of
+    bf16 widened on their bits by ``_widen``; cvt_bf16: bf16 converted one by one instead)."""
     import triton
     from triton.backends.compiler import GPUTarget
 
@@ -112,8 +115,12 @@ def _compile(fn: Any, n: int, options: dict[str, Any], pointers: dict[str, str],
         target=GPUTarget("cuda", 90, 128),
         options={k: v for k, v in options.items() if k in ("num_warps", "maxnreg")})
     r = ptxas_sm90(compiled)
+    ptx = compiled.asm["ptx"]
     return dict(options=options, registers=r["registers"], spill_bytes=r["spill_bytes"],
-                shared=r["shared"], ptx_sha=_code_hash(compiled.asm["ptx"]))
+                shared=r["shared"], ptx_sha=_code_hash(ptx),
+                sass_instructions=r["sass_instructions"],
+                widened_pairs=len(re.findall(r"and\.b32 \S+, \S+, 0xffff0000;", ptx)),
+                cvt_bf16=len(re.findall(r"cvt\.f32\.bf16", ptx)))
 
 
 def _code_hash(ptx: str) -> str:
@@ -142,8 +149,9 @@ def main(argv: list[str] | None = None) -> int:
 
     tuning = json.loads(args.tuning) if args.tuning else None
     if not args.json:
-        print("| dtype | N | launch | warps | cap | exchange | registers | spill bytes | shared |")
-        print("|---|---|---|---|---|---|---|---|---|")
+        print("| dtype | N | launch | warps | cap | exchange | registers | spill bytes | shared "
+              "| SASS |")
+        print("|---|---|---|---|---|---|---|---|---|---|")
     for dtype in args.dtypes.split(","):
         for n in (int(v) for v in args.ns.split(",")):
             r = compile_launch(dtype, n, tuning, path=args.path)
@@ -162,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
             exchange += f" win{o['SHIFT']}" if o["SHIFT"] > 1 else ""
             print(f"| {dtype} | {n:,} | {launch} | {o['num_warps']} | "
                   f"{o.get('maxnreg', '-')} | {exchange} | {r['registers']} | {r['spill_bytes']} "
-                  f"| {r['shared']:,} |", flush=True)
+                  f"| {r['shared']:,} | {r['sass_instructions']} |", flush=True)
     return 0
 
 

@@ -1446,3 +1446,56 @@ def test_the_spill_audit_sees_a_spill():
     (r,) = _split_ptxas("--dtypes", "bfloat16", "--ns", "131072",
                         "--tuning", '{"split_programs_per_sm": 8}')
     assert r["options"]["maxnreg"] == 64 and r["spill_bytes"] > 0, r
+
+
+def test_bf16_is_widened_on_its_bits_on_the_gpu():
+    # bf16 is the top half of the fp32 of the same value: the kernels widen it by shifting
+    # its bits (_widen: a shift and a mask per pair, in PTX), not by one conversion per
+    # element, and fill the masked lanes after that (_load_part). Every bf16 launch shape
+    # (split, on chip pipelined and not) shows the pairs and no per-element conversion of its
+    # chunks; fp16 and fp32 have none of it (their code is the plain conversion).
+    rows = _split_ptxas("--dtypes", "bfloat16,float16", "--ns", "4096,12288,24000,65536")
+    for r in rows:
+        o, what = r["options"], (r["dtype"], r["n"], r["path"])
+        if r["dtype"] == "float16":
+            assert r["widened_pairs"] == 0, what
+            continue
+        # one pair per two of the elements a thread holds, at least (the chunks' elements)
+        per_thread = (o["CHUNK"] if r["path"] == "split" else o["CHUNKS"] * o["BLOCK_N"]
+                      * o.get("ROWS", 1)) // (32 * o["num_warps"])
+        assert r["widened_pairs"] >= per_thread // 2 > 0, (what, r["widened_pairs"], per_thread)
+        assert r["cvt_bf16"] == 0 and r["spill_bytes"] == 0, (what, r["cvt_bf16"])
+    assert {(r["path"], r["options"].get("STAGES", 1) > 1) for r in rows} >= {
+        ("split", True), ("on_chip", True), ("on_chip", False)}, [
+        (r["n"], r["path"], r["options"].get("STAGES")) for r in rows]
+
+
+widen = sm._widen  # a global, for the kernel below to call (as the split helpers above)
+
+
+def _widen_all_bf16():
+    """Every bf16 bit pattern widened by the kernels' _widen on the GPU: (x, fp32 bits)."""
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def widen_kernel(x_ptr, y_ptr, BLOCK: tl.constexpr):
+        i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        tl.store(y_ptr + i, widen(tl.load(x_ptr + i)))
+
+    x = torch.arange(-(1 << 15), 1 << 15, dtype=torch.int32, device="cuda").to(torch.int16)
+    y = torch.empty(x.numel(), dtype=torch.float32, device="cuda")
+    widen_kernel[(x.numel() // 1024,)](x.view(torch.bfloat16), y, BLOCK=1024)
+    return x, y.view(torch.int32)
+
+
+@gpu
+@requires_cuda
+def test_gpu_bf16_widened_on_its_bits_exactly():
+    # Every one of the 65,536 bf16 bit patterns (zeros, subnormals, infinities, NaN payloads):
+    # widened in pairs by the PTX of _widen, each must be its bits shifted into an fp32's top
+    # half, bit for bit, and the fp32 value torch gives it.
+    x, bits = _widen_all_bf16()
+    assert torch.equal(bits, x.to(torch.int32) << 16)
+    finite = ~torch.isnan(x.view(torch.bfloat16))
+    assert torch.equal(bits.view(torch.float32)[finite], x.view(torch.bfloat16).float()[finite])
