@@ -344,7 +344,9 @@ def _load_chunk(x_ptr, x_base, row_ok, v_lo, v_hi, cols, k: tl.constexpr,
 
     Padding lanes read -inf: exp(-inf) = 0, so they add nothing to d and cannot raise the max.
     In a pipelined row loop (PIPELINED) bf16 is filled with -inf after widening, not by the
-    load: see _load_part.
+    load (see _load_part): 1,528 SASS instructions for bf16 24,000 in 3 stages, 1,480 so.
+    Without the pipeline the fill in the load is the cheaper one (bf16 12,288: 1,008
+    instructions, 1,096 filled after), so it stays there.
     """
     c = (k * BLOCK_N + cols)[None, :]
     mask = _whole_vectors(row_ok, c, v_lo, v_hi, SHIFT)
