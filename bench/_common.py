@@ -65,11 +65,12 @@ def write_outputs(stem: str, data: Any, markdown: str) -> None:
         f.write(markdown + "\n")
 
 
-def ptxas_sm90(compiled: Any) -> dict[str, Any]:
+def ptxas_sm90(compiled: Any, sass: bool = False) -> dict[str, Any]:
     """What ``ptxas -v`` says of a kernel compiled for sm_90 (``triton.compile`` with
     ``GPUTarget("cuda", 90, 128)``, no GPU needed): ``{"registers", "spill_bytes", "shared",
-    "sass_instructions", "report"}`` (spill_bytes: spill stores; sass_instructions: see
-    _sass_instructions; report: ptxas's whole output, warnings included)."""
+    "sass_instructions", "report"}`` (spill_bytes: spill stores; sass_instructions: with
+    ``sass``, see _sass_instructions, else None (it costs a second per kernel); report:
+    ptxas's whole output, warnings included)."""
     from triton.backends.nvidia.compiler import get_ptxas
 
     ptxas = get_ptxas(90).path
@@ -82,13 +83,14 @@ def ptxas_sm90(compiled: Any) -> dict[str, Any]:
         report = out.stdout + out.stderr
         if out.returncode != 0:
             raise RuntimeError(f"ptxas failed: {report.strip()[-300:]}")
-        sass = _sass_instructions(os.path.join(os.path.dirname(ptxas), "nvdisasm"), cubin)
+        count = (_sass_instructions(os.path.join(os.path.dirname(ptxas), "nvdisasm"), cubin)
+                 if sass else None)
     registers = re.search(r"Used (\d+) registers", report)
     spills = re.search(r"(\d+) bytes spill stores", report)
     return dict(registers=int(registers.group(1)) if registers else None,
                 spill_bytes=int(spills.group(1)) if spills else 0,
                 shared=int(getattr(compiled.metadata, "shared", 0)),
-                sass_instructions=sass, report=report)
+                sass_instructions=count, report=report)
 
 
 def _sass_instructions(nvdisasm: str, cubin: str) -> int | None:

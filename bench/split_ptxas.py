@@ -15,6 +15,7 @@ thinner than a 16-byte vector per thread is laid out again through shared memory
 
     python bench/split_ptxas.py                                   # the shipped long rows
     python bench/split_ptxas.py --dtypes bfloat16 --ns 131072 --tuning '{"split_min_lanes": 1}'
+    python bench/split_ptxas.py --sass --dtypes bfloat16 --ns 21000,65536  # + SASS instructions
 
 Needs torch and triton (any machine: CPU builds do); not under TRITON_INTERPRET.
 """
@@ -66,7 +67,7 @@ def _launch(dtype: str, n: int, tuning: dict[str, Any] | None, path: str,
 
 def compile_launch(dtype: str, n: int, tuning: dict[str, Any] | None = None,
                    nan_if_empty: bool = False, sms: int = 132,
-                   path: str = "auto") -> dict[str, Any]:
+                   path: str = "auto", sass: bool = False) -> dict[str, Any]:
     """The launch for rows of ``n`` in ``dtype`` (contiguous) on a GPU of ``sms`` SMs,
     split or on chip as planned, compiled for sm_90a: ``{"path", "options", "registers",
     "spill_bytes", "shared"}`` (spill_bytes: ptxas's spill stores; options: the split
@@ -84,17 +85,17 @@ def compile_launch(dtype: str, n: int, tuning: dict[str, Any] | None = None,
         pointers.update(part_ptr="*i64" if packed else "*fp32",
                         count_ptr="*i64" if packed else "*i32")
         return dict(path="split", **_compile(sm._softmax_split_specialised, n, options,
-                                             pointers, ["chunk_cols"]))
+                                             pointers, ["chunk_cols"], sass))
     if p.path != "on_chip":
         raise ValueError(f"rows of {n} in {dtype} are planned as {p.path!r}, which runs no "
                          "register-bound kernel; ask for path='split' or 'on_chip'")
     options = sm._on_chip_options(p, t, align, shift, nan_if_empty)
     return dict(path="on_chip", **_compile(sm._softmax_on_chip_specialised, n, options,
-                                           pointers, []))
+                                           pointers, [], sass))
 
 
 def _compile(fn: Any, n: int, options: dict[str, Any], pointers: dict[str, str],
-             aligned_ints: list[str]) -> dict[str, Any]:
+             aligned_ints: list[str], sass: bool = False) -> dict[str, Any]:
     """``fn`` compiled for sm_90a as the launcher would launch it on rows of ``n``:
     ``{"options", "registers", "spill_bytes", "shared", "ptx_sha", "sass_instructions",
     "widened_pairs", "cvt_bf16"}`` (spill_bytes: ptxas's spill stores; widened_pairs: pairs of
@@ -114,7 +115,7 @@ def _compile(fn: Any, n: int, options: dict[str, Any], pointers: dict[str, str],
         triton.compiler.ASTSource(fn, signature, constexprs=constexprs, attrs=attrs),
         target=GPUTarget("cuda", 90, 128),
         options={k: v for k, v in options.items() if k in ("num_warps", "maxnreg")})
-    r = ptxas_sm90(compiled)
+    r = ptxas_sm90(compiled, sass)
     ptx = compiled.asm["ptx"]
     return dict(options=options, registers=r["registers"], spill_bytes=r["spill_bytes"],
                 shared=r["shared"], ptx_sha=_code_hash(ptx),
@@ -142,6 +143,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--path", default="auto",
                     help="'split' or 'on_chip' forces that kernel; 'auto': the plan's")
     ap.add_argument("--json", action="store_true", help="one JSON object per launch instead")
+    ap.add_argument("--sass", action="store_true",
+                    help="also count SASS instructions (nvdisasm; about a second per launch)")
     args = ap.parse_args(argv)
     if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
         raise SystemExit("bench/split_ptxas.py compiles for a GPU: run it without TRITON_INTERPRET")
@@ -154,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
         print("|---|---|---|---|---|---|---|---|---|---|")
     for dtype in args.dtypes.split(","):
         for n in (int(v) for v in args.ns.split(",")):
-            r = compile_launch(dtype, n, tuning, path=args.path)
+            r = compile_launch(dtype, n, tuning, path=args.path, sass=args.sass)
             o = r["options"]
             if args.json:
                 print(json.dumps(dict(dtype=dtype, n=n, **r)), flush=True)
@@ -170,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
             exchange += f" win{o['SHIFT']}" if o["SHIFT"] > 1 else ""
             print(f"| {dtype} | {n:,} | {launch} | {o['num_warps']} | "
                   f"{o.get('maxnreg', '-')} | {exchange} | {r['registers']} | {r['spill_bytes']} "
-                  f"| {r['shared']:,} | {r['sass_instructions']} |", flush=True)
+                  f"| {r['shared']:,} | {r['sass_instructions'] or '-'} |", flush=True)
     return 0
 
 
