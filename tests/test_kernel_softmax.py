@@ -1455,7 +1455,7 @@ def test_bf16_is_widened_on_its_bits_on_the_gpu():
     # its bits (_widen: a shift and a mask per pair, in PTX), not by one conversion per
     # element, and fill the masked lanes after that (_load_part). Every bf16 launch shape
     # (split, on chip pipelined and not) shows the pairs and no per-element conversion of its
-    # chunks; fp16 and fp32 have none of it (their code is the plain conversion).
+    # chunks; fp16 has none of it (its code is the plain conversion).
     rows = _split_ptxas("--dtypes", "bfloat16,float16", "--ns", "4096,12288,24000,65536")
     for r in rows:
         o, what = r["options"], (r["dtype"], r["n"], r["path"])

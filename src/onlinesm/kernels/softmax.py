@@ -180,7 +180,7 @@ def _shift(itemsize: int, align: int, x: torch.Tensor, y: torch.Tensor,
 
 
 # --------------------------------------------------------------------------------------------
-# Rounding to the output dtype
+# Widening the input to fp32, rounding to the output dtype
 # --------------------------------------------------------------------------------------------
 @triton.jit
 def _widen(x):
@@ -188,7 +188,8 @@ def _widen(x):
     are shifted into place, two elements (one 32-bit register) per two instructions: the first
     shifted up by 16, the second with the first's bits cleared. Exact for every bit pattern,
     NaN payloads included, and fewer instructions than the per-element conversion the compiler
-    emits (bf16 rows split in chunks of 4096: 1,120 SASS instructions, 968 with this)."""
+    emits (with _load_part: bf16 rows of 65,536 split in chunks of 2048, 1,112 SASS
+    instructions, 968 with this)."""
     if WIDEN_BF16_BITS and x.dtype == tl.bfloat16:
         y = tl.inline_asm_elementwise(
             "{ shl.b32 $0, $2, 16; and.b32 $1, $2, 0xffff0000; }", "=r,=r,r", [x],
@@ -844,14 +845,15 @@ def _split_load_ok(cols, start, chunk_cols, n_cols, SHIFT: tl.constexpr, LOOSE: 
 @triton.jit
 def _load_part(ptrs, load_ok, ok, WINDOW: tl.constexpr, EVICT: tl.constexpr):
     """x at ``ptrs`` where ``ok``, -inf elsewhere, read under ``load_ok`` (``ok`` itself, or with
-    WINDOW a wider mask that is the same for every row: see _split_part); fp32 for bf16, the
-    input's dtype otherwise (widened by the caller).
+    WINDOW a wider mask that is the same for every row: see _split_part); fp32 for bf16 on the
+    GPU, the input's dtype otherwise (widened by the caller).
 
     bf16 on the GPU is read with no fill, widened on its bits (_widen) and only then given its
     -inf: a fill in the load is one select per 16-bit element before the widening, which in a
-    pipelined loop also runs on the copy's registers (bf16 rows split in chunks of 4096: 1,120
-    SASS instructions, 968 this way). The lanes past ``load_ok`` hold whatever the registers
-    held, and the select drops them (``ok`` implies ``load_ok``). Other dtypes keep the fill.
+    pipelined loop also runs on the copy's registers (bf16 rows of 65,536 split in chunks of
+    2048: 1,112 SASS instructions, 968 this way). The lanes past ``load_ok`` hold whatever
+    the registers held, and the select drops them (``ok`` implies ``load_ok``). Other dtypes
+    keep the fill.
     """
     if WIDEN_BF16_BITS and ptrs.dtype.element_ty == tl.bfloat16:
         x = tl.load(ptrs, mask=load_ok, eviction_policy=EVICT)
