@@ -101,4 +101,4 @@ def _sass_instructions(nvdisasm: str, cubin: str) -> int | None:
     out = subprocess.run([nvdisasm, "-c", cubin], capture_output=True, text=True)
     if out.returncode != 0:
         return None
-    return len(re.findall(r"/\*[0-9a-f]{4}\*/", out.stdout))
+    return len(re.findall(r"/\*[0-9a-f]{4,}\*/", out.stdout))  # addresses: 4 hex digits or more
