@@ -184,6 +184,13 @@ def variants(n: int, itemsize: int) -> list[tuple[str, dict[str, Any]]]:
                     out.append((f"chip chunks ept128 st{st}", dict(path="on_chip", tuning=dict(
                         chip_chunked=True, chunk_elems_per_thread=128, chip_stages=st,
                         chip_pipelined_block_16bit=1 << 30))))
+    if itemsize == 2 and n % 8 and 8184 < n <= 24576:
+        # an odd row's window as 3 chunks under a cap of 128 registers: its masks take
+        # 137-140 where the aligned row's 3 x 4096 take 128 (triton 3.6, offline), so an SM
+        # holds 3 such programs, not the aligned rows' 4 (3 x 8192: 1 program of 8 warps,
+        # not 2)
+        out.append(("chip chunks ept128 cap128", dict(path="on_chip", tuning=dict(
+            chip_chunked=True, chunk_elems_per_thread=128, chip_maxnreg=128))))
     # (an odd 16-bit row on chip is one window, up to 7 columns wider: 8191 is 8192 + a tail)
     vec = 16 // itemsize
     width = n + vec - 1 if n % vec and itemsize == 2 else n

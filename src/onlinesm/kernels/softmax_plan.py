@@ -374,6 +374,18 @@ _SHORT_16 = dict(unaligned_elems_per_program=2048, unaligned_elems_per_thread=32
 # ... windows of 513-1536 as a power-of-two block and a smaller tail in that warp where that
 # pads less (601's window as 512 + 256 columns, 1,101's as 1024 + 256, not 1024 and 2048)
 _SHORT_16_TAIL = dict(_SHORT_16, window_overrides=dict(_CHIP_WINDOWS_ONE_WARP, chip_tail=True))
+# aligned 16-bit rows of 4097-16,384 on chip, 64 elements per thread, as 3 chunks of 128 per
+# thread where those pad less than one block (12,288 as 3 x 4096 in 4 warps)
+_ALIGNED_16_4K_16K = dict(elems_per_thread=64, chip_chunked=True, chunk_elems_per_thread=128)
+# 16-bit windows (odd N) of 8241-12,288 on chip as 3 chunks of 4096 in 4 warps, registers
+# capped at 128 (they compile to 128 without a spill under triton 3.6 and 3.9, where uncapped
+# they take 137-140: 3 programs per SM, not 4); wider windows split in small chunks. H200,
+# medians of 3, % of copy, bf16 / fp16, against block and tail up to 8448 and split past it:
+# 8,251 / 8,441 / 9,001 / 10,001 / 12,001 / 12,281 at 93.5 / 94.3 / 96.3 / 99.5 / 94.5 / 96.4
+# and 94.2 / 94.8 / 98.3 / 99.9 / 93.7 / 96.0, against 89.2 / 87.6 / 89.2 / 91.2 / 89.2 /
+# 86.5 and 89.4 / 87.1 / 89.8 / 92.4 / 89.1 / 86.2 (level at 11,001: 91.6 / 91.3 against
+# 90.9 / 90.3). Windows of 12,289-16,384 (3 x 4096 and a tail) spill under the cap, so split.
+_WINDOWS_16_CHUNKS_CAPPED = dict(_SPLIT_16_SMALL_LOOSE, max_on_chip=12288, chip_maxnreg=128)
 # 16-bit windows of 8k-32k: split in small chunks (the ones up to 8192 stay on chip)
 _WINDOWS_16_SMALL = dict(window_overrides=dict(_SPLIT_16_SMALL, max_on_chip=8192))
 PLAN_TABLE: list[tuple[int, int, int, dict[str, Any]]] = [
@@ -437,15 +449,17 @@ PLAN_TABLE: list[tuple[int, int, int, dict[str, Any]]] = [
                          window_overrides=dict(chip_maxnreg=128))),
     (2, 3072, 4096, dict(chip_chunked=True, chunk_elems_per_thread=128,
                          window_overrides=dict(chip_chunked=False, elems_per_thread=64))),
-    # ... windows (odd N) as wide as 8448 on chip, as one window, where a power-of-two block
-    # and a tail cover them with less padding than 3 chunks (H200, medians of 3: bf16 4,097 /
+    # ... windows (odd N) of 4097-8240 on chip as one window, where a power-of-two block and
+    # a tail cover them with less padding than 3 chunks (H200, medians of 3: bf16 4,097 /
     # 5,001 / 8,191 at 99.4 / 98.5 / 96.5% of copy against 88.4 / 97.0% on chip in 3 chunks
-    # and 80.8% split), wider ones split in small chunks (the tail of 1024 costs more the
-    # more of it is live: bf16 8,441 / 9,001 / 9,209 on chip at 86.6 / 85.4 / 85.7%, split
-    # 86.4 / 88.1 / 89.3%)
-    (2, 4096, 16384, dict(elems_per_thread=64, chip_chunked=True, chunk_elems_per_thread=128,
-                          window_overrides=dict(_SPLIT_16_SMALL_LOOSE, max_on_chip=8448,
-                                                chip_tail=True))),
+    # and 80.8% split); windows of 8241-12,288 on chip as 3 chunks of 4096 with registers
+    # capped at 128 (the tail of 1024 costs more the more of it is live, and uncapped the
+    # windows' masks take 137-140 registers where the aligned rows' 3 x 4096 take 128, so an
+    # SM holds 3 programs, not 4: see _WINDOWS_16_CHUNKS_CAPPED); wider ones split in small
+    # chunks
+    (2, 4096, 8240, dict(_ALIGNED_16_4K_16K, window_overrides=dict(
+        _SPLIT_16_SMALL_LOOSE, max_on_chip=8240, chip_tail=True))),
+    (2, 8240, 16384, dict(_ALIGNED_16_4K_16K, window_overrides=_WINDOWS_16_CHUNKS_CAPPED)),
     # aligned rows of 16,385-20,480 on chip as 16,384 columns and a tail of 4096 in 16 warps;
     # windows (odd N) and rows up to 23,552, which 3 chunks of 8192 on chip would pad by 4% or
     # more, split in small chunks: aligned rows of 20,481-23,552 in chunks of 2048 with the
