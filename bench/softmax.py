@@ -95,8 +95,13 @@ def variants(n: int, itemsize: int) -> list[tuple[str, dict[str, Any]]]:
       aligned 16-bit rows of 1025-1536) with E elements per thread, past 16,384 with S
       pipelined stages or none; ``... cap64``: registers capped at 64 (two 16-warp programs
       per SM).
-    * ``split loose16 c4096 w2 x10``: 16-bit windows of 8185-8448 split as the wider ones
-      (the shipped launch of windows of 8449-16,384).
+    * ``split loose16 c4096 w2 x10``: 16-bit windows of 8185-9216 split as the wider ones
+      (the shipped launch of windows of 12,289-16,384; of 8449-9216 in the twenty-fourth and
+      twenty-fifth rounds).
+    * ``chip chunks ept128 cap128``: odd 16-bit rows of 8185-24,576 on chip as one window of 3
+      chunks at 128 per thread under a cap of 128 registers (shipped for windows of
+      8241-12,288: 4 programs per SM where uncapped they take 137-140 registers and fit 3;
+      lost to the block and tail at 8,191-8,233 and to the split windows at 16k-24k).
     * ``split unbalanced``: the shipped plan, a split row's programs owning whole chunks and
       a shorter last one rather than equal parts (``split_balanced``).
     * ``split win16``: the shipped plan with split rows windowed only where they start off a
@@ -188,7 +193,7 @@ def variants(n: int, itemsize: int) -> list[tuple[str, dict[str, Any]]]:
         # an odd row's window as 3 chunks under a cap of 128 registers: its masks take
         # 137-140 where the aligned row's 3 x 4096 take 128 (triton 3.6, offline), so an SM
         # holds 3 such programs, not the aligned rows' 4 (3 x 8192: 1 program of 8 warps,
-        # not 2)
+        # not 2); shipped for windows of 8241-12,288
         out.append(("chip chunks ept128 cap128", dict(path="on_chip", tuning=dict(
             chip_chunked=True, chunk_elems_per_thread=128, chip_maxnreg=128))))
     # (an odd 16-bit row on chip is one window, up to 7 columns wider: 8191 is 8192 + a tail)
@@ -212,8 +217,8 @@ def variants(n: int, itemsize: int) -> list[tuple[str, dict[str, Any]]]:
         if itemsize == 2 and 8184 < n <= 9216 and n % 8:
             # ... or a window (odd N) of 8k-9k split as the wider windows are (chunks of 4096
             # in 2 warps, ten per SM, whole vectors of 16 bytes): shipped for windows of
-            # 8449-9216 (bf16 9,001 at 88% of copy against 86% on chip as 8192 and a tail;
-            # 8,191 at 85% against 96%). Parts of 8192 in 4 warps five per SM, of 4096 in 4
+            # 8449-9216 until the capped chunks below beat it (bf16 9,001 at 88% of copy
+            # against 86% on chip as 8192 and a tail; 8,191 at 85% against 96%). Parts of 8192 in 4 warps five per SM, of 4096 in 4
             # warps eight per SM, or of 2048 in 2 warps sixteen per SM lost at 8k-14k.
             out.append(("split loose16 c4096 w2 x10", dict(
                 path="split", tuning=dict(_SPLIT_16_SMALL_LOOSE))))

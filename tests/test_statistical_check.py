@@ -39,11 +39,17 @@ def test_gallery_bug_fails_accuracy_statistical(op, name, fn, dtype) -> None:  #
     assert "FAIL" in o.failure.message and "| family |" in o.failure.message
 
 
-def test_full_default_check_fails_only_through_accuracy_statistical() -> None:
+def test_full_default_check_fails_only_through_accuracy() -> None:
+    # The low-precision denominator fails the default check through accuracy_statistical on
+    # every run; the worst-case accuracy property catches it too on some Hypothesis draws
+    # (error 1.03 of its bound on one: a real catch). The draws shift with the code loaded
+    # (Hypothesis mines loaded modules for constants), so only the accuracy properties may
+    # fail: any other one would be a false alarm on a kernel whose structure is right.
     r = onlinesm.check_attention(G.attention_denominator_lowp, dtypes=("bfloat16",),
                                  max_examples=5, **FAST)
     failed = {o.property for o in r.outcomes if o.status == "failed"}
-    assert failed == {"accuracy_statistical"}, r.report()
+    assert "accuracy_statistical" in failed, r.report()
+    assert failed <= {"accuracy", "accuracy_statistical"}, r.report()
 
 
 @pytest.mark.parametrize("fn", [reference.softmax_online_tiled, reference.softmax_offline,
