@@ -298,6 +298,10 @@ TUNING: dict[str, Any] = {
 #: 1,300 at 82.0 / 88.8 / 100.5 / 99.5 and 82.0 / 90.2 / 100.1 / 99.6 against 78.7 / 85.0 /
 #: 88.1 / 95.3 and 80.6 / 87.5 / 91.4 / 97.2), windows of 8449-9216 split in chunks of 4096
 #: (9,001 / 9,209 at 88.4 / 90.1 and 89.3 / 91.1 against 85.6 / 86.6 and 86.9 / 87.8).
+#: Twenty-sixth round (medians of 3, % of copy, bf16 / fp16, against the previous plan in the
+#: same runs): windows of 8241-12,288 on chip as 3 x 4096 capped at 128 registers (8,441 /
+#: 9,001 / 12,281 at 94.0 / 97.0 / 96.3 and 95.9 / 97.6 / 95.6 against 87.0 / 90.0 / 86.5
+#: and 88.4 / 89.0 / 86.5; _WINDOWS_16_CHUNKS_CAPPED).
 _SPLIT_FP32_SMALL = dict(split_packed=True, split_stages=3, split_poll_loads=True,
                          split_warps=2)
 # fp32 windows of 8k-32k: chunks of 2048 in 2 warps, twelve per SM
@@ -380,11 +384,14 @@ _ALIGNED_16_4K_16K = dict(elems_per_thread=64, chip_chunked=True, chunk_elems_pe
 # 16-bit windows (odd N) of 8241-12,288 on chip as 3 chunks of 4096 in 4 warps, registers
 # capped at 128 (they compile to 128 without a spill under triton 3.6 and 3.9, where uncapped
 # they take 137-140: 3 programs per SM, not 4); wider windows split in small chunks. H200,
-# medians of 3, % of copy, bf16 / fp16, against block and tail up to 8448 and split past it:
-# 8,251 / 8,441 / 9,001 / 10,001 / 12,001 / 12,281 at 93.5 / 94.3 / 96.3 / 99.5 / 94.5 / 96.4
-# and 94.2 / 94.8 / 98.3 / 99.9 / 93.7 / 96.0, against 89.2 / 87.6 / 89.2 / 91.2 / 89.2 /
-# 86.5 and 89.4 / 87.1 / 89.8 / 92.4 / 89.1 / 86.2 (level at 11,001: 91.6 / 91.3 against
-# 90.9 / 90.3). Windows of 12,289-16,384 (3 x 4096 and a tail) spill under the cap, so split.
+# medians of 3, % of copy, bf16 / fp16, against block and tail up to 8448 and split past it,
+# in one run: 8,241 / 8,251 / 8,441 / 9,001 / 10,001 / 12,001 / 12,281 at 94.0 / 94.2 / 94.0
+# / 97.0 / 101.3 / 94.7 / 96.3 and 94.0 / 95.0 / 95.9 / 97.6 / 100.2 / 93.9 / 95.6, against
+# 91.8 / 90.1 / 87.0 / 90.0 / 91.7 / 90.2 / 86.5 and 91.7 / 90.4 / 88.4 / 89.0 / 92.6 / 89.1
+# / 86.5 (level at 11,001: 90.8 / 92.2 against 90.1 / 90.9). The block and tail keeps
+# windows up to 8240: 8,233 at 94.8 / 95.4 against 93.7 / 94.3 in chunks, 8,191 at 98.2
+# against 93.3; 8,241 is the first that chunks win (93.0 / 94.0 against 91.3 / 91.8).
+# Windows of 12,289-16,384 (3 x 4096 and a tail) spill 64 bytes under the cap, so split.
 _WINDOWS_16_CHUNKS_CAPPED = dict(_SPLIT_16_SMALL_LOOSE, max_on_chip=12288, chip_maxnreg=128)
 # 16-bit windows of 8k-32k: split in small chunks (the ones up to 8192 stay on chip)
 _WINDOWS_16_SMALL = dict(window_overrides=dict(_SPLIT_16_SMALL, max_on_chip=8192))
