@@ -1430,8 +1430,8 @@ def test_16_bit_windows_of_3_chunks_fit_128_registers_without_a_spill():
     # Odd 16-bit rows of 8,234-12,281 run on chip as one window of 3 x 4096 in 4 warps: their
     # masks take 137-140 registers uncapped (triton 3.6), 3 programs per SM where the aligned
     # rows' 128 hold 4; the plan caps them at 128 (bf16 9,001 at 96.3% of copy against 89.2%
-    # split). Capped, they must not spill; 12,289's window (3 x 4096 and a tail) would, so
-    # it stays split.
+    # split). Capped, they must not spill; 12,289's window (3 x 4096 and a tail) would (64-76
+    # bytes under triton 3.6), so it stays split.
     rows = _split_ptxas("--dtypes", "bfloat16,float16", "--ns", "8241,10001,12281,12289")
     assert [r["path"] for r in rows] == ["on_chip"] * 3 + ["split"] + ["on_chip"] * 3 + ["split"]
     capped = [r for r in rows if r["path"] == "on_chip"]
