@@ -235,6 +235,10 @@ WS_CANDIDATES = (
     (128, 128, 3, 168, False, 2), (128, 128, 2, 168, True, 2), (64, 128, 3, 168, True, 2),
     (64, 128, 3, 168, False, 2), (64, 128, 3, 128, True, 3), (64, 64, 4, 128, False, 3),
     (128, 64, 2, 128, False, 3),
+    # four consumers (256 query rows) in key tiles of 64: the 64k registers over 20 warps
+    # (96 at launch; consumers at 112-120) compile spill-free without causal (triton 3.6 and
+    # 3.9; causal spills 244 bytes under 3.9); tiles of 128 spill 6 KB
+    (64, 64, 3, 96, False, 4), (64, 64, 4, 96, False, 4),
 )
 #: How --bench-ws runs each launch, as (persistent, Q buffers, dynamic): one program per query
 #: block; persistent (one per SM walking blocks; causal: every head's longest blocks first,
@@ -254,7 +258,7 @@ def compile_offline(head_d: int, causal: bool, block_n: int | None = None,
     "serialized"}`` from ``ptxas -v`` (serialized: ptxas's C7514, wgmma run one by one).
     ``ws``: the warp-specialized kernel (``num_buf``, ``maxnreg`` and ``overlap_pv``, its
     ``pv_overlap``: as its ``forward``, None the shipped launch's; ``warpgroups``: its
-    consumers, 2 or 3, and ``persistent`` and ``dynamic``: None the shipped launch's at
+    consumers, 2, 3 or 4, and ``persistent`` and ``dynamic``: None the shipped launch's at
     sequence length ``seq``; ``q_buffers``: as its ``forward``)."""
     import triton
     from triton.backends.compiler import GPUTarget
@@ -263,14 +267,14 @@ def compile_offline(head_d: int, causal: bool, block_n: int | None = None,
     ag = attention_gluon
     fn = ag._attn_fwd_ws if ws else _attn_fwd_gluon
     if ws:
-        warpgroups = warpgroups or ag._ws_warpgroups(head_d)
+        warpgroups = warpgroups or ag._ws_warpgroups(head_d, seq)
         if persistent is None and dynamic is None:  # the shipped launch at length seq
             persistent = ag._ws_persistent(head_d, causal, seq)
             dynamic = ag._ws_dynamic(head_d, causal, seq)
         dynamic = bool(dynamic)
         persistent = bool(persistent) or dynamic
-        const = ag._ws_constexprs(head_d, block_n or ag._ws_block_n(head_d), causal,
-                                  num_buf or ag.WS_NUM_BUF,
+        const = ag._ws_constexprs(head_d, block_n or ag._ws_block_n(head_d, warpgroups), causal,
+                                  num_buf or ag._ws_num_buf(warpgroups),
                                   ag._ws_pv_overlap(head_d) if overlap_pv is None else overlap_pv,
                                   warpgroups,
                                   persistent, q_buffers, dynamic)

@@ -378,7 +378,7 @@ def test_the_gluon_ws_launches_from_the_counter_compile_and_fit():
 
 def test_the_gluon_ws_launch_candidates_compile_without_spills():
     # What --bench-ws times on a GPU: other key tiles, buffer counts, register caps and
-    # three consumer warpgroups.
+    # three or four consumer warpgroups.
     g = _gluon_module()
     rows = _gluon_offline("--ws-candidates")
     assert [(r["head_d"], r["block_n"], r["num_buf"], r["maxnreg"], r["pv_overlap"],
@@ -386,6 +386,10 @@ def test_the_gluon_ws_launch_candidates_compile_without_spills():
     for r in rows:  # P V left running through the softmax must not serialise the wgmma
         assert r["spill_bytes"] == 0 and not r["serialized"], r
         assert r["shared"] <= 227 * 1024, r
+    # D = 64 below S = 2048 ships four warpgroups: that launch is among those audited here
+    ag, wg = g.attention_gluon, g.attention_gluon._ws_warpgroups(64, 1024)
+    assert (64, ag._ws_block_n(64, wg), ag._ws_num_buf(wg), ag._ws_maxnreg(wg),
+            ag._ws_pv_overlap(64), wg) in g.WS_CANDIDATES
 
 
 def test_the_gluon_audit_sees_serialised_wgmma():
@@ -446,10 +450,11 @@ def test_gpu_gluon_ws_candidate_matches_oracle(dtype: Any, d: int, causal: bool,
 @pytest.mark.parametrize("causal", [False, True], ids=["full", "causal"])
 def test_gpu_gluon_ws_launch_candidates_match_oracle(causal: bool):
     # Before --bench-ws's numbers are believed: each candidate launch is correct (three
-    # warpgroups: 192-row blocks, so S = 1024 and 128 end in a block that passes S).
+    # warpgroups: 192-row blocks, so S = 1024 and 128 end in a block that passes S; four:
+    # 256-row blocks, S = 128 and 384 end in one).
     g = _gluon_module()
     for d, block_n, num_buf, maxnreg, overlap, wg in g.WS_CANDIDATES:
-        for seq in (1024, 128) if wg == 3 else (1024,):
+        for seq in {2: (1024,), 3: (1024, 128), 4: (1024, 128, 384)}[wg]:
             q, k, v = _inputs((1, 2, seq, d), (1, 2, seq, d), torch.bfloat16, seed=d + block_n)
             o = g.attention_gluon.forward(q * 8, k, v, causal=causal, block_n=block_n,
                                           num_buf=num_buf, maxnreg=maxnreg, pv_overlap=overlap,
@@ -502,17 +507,22 @@ def test_the_gluon_kernel_says_why_a_call_is_not_its_own():
     assert "D of 64 or 128" in ag.fits(*(torch.zeros(1, 2, 128, 96, dtype=torch.bfloat16),) * 3)
     assert "CUDA" in ag.fits(q, q, q)
     assert "non-empty" in ag.fits(*(q[:0],) * 3)
-    # where it pays (measured on the H200): D = 128 from S = 1024 (causal too), D = 64 from
-    # 2048 (causal 16k)
+    # where it pays (measured on the H200): from S = 1024 (D = 128 causal too), D = 64
+    # causal from 16k
     assert ag.pays(torch.zeros(1, 1, 1024, 128)) and not ag.pays(torch.zeros(1, 1, 512, 128))
-    assert ag.pays(torch.zeros(1, 1, 2048, 64)) and not ag.pays(torch.zeros(1, 1, 1024, 64))
+    assert ag.pays(torch.zeros(1, 1, 1024, 64)) and not ag.pays(torch.zeros(1, 1, 512, 64))
     assert ag.pays(torch.zeros(1, 1, 1024, 128), causal=True)
     assert not ag.pays(torch.zeros(1, 1, 512, 128), causal=True)
     assert ag.pays(torch.zeros(1, 1, 16384, 64), causal=True)
     assert not ag.pays(torch.zeros(1, 1, 8192, 64), causal=True)
-    # the launch: three consumer warpgroups at D = 64, two at D = 128; persistent without
+    # the launch: three consumer warpgroups at D = 64 (four below S = 2048, in key tiles of
+    # 64 with four buffers and 96 registers at launch), two at D = 128; persistent without
     # causal, and causal at D = 128 below 16k with blocks from the counter
     assert (ag._ws_warpgroups(64), ag._ws_warpgroups(128)) == (3, 2)
+    assert [ag._ws_warpgroups(64, s) for s in (1024, 1920, 2048)] == [4, 4, 3]
+    assert ag._ws_warpgroups(128, 1024) == 2
+    assert (ag._ws_block_n(64, 4), ag._ws_num_buf(4), ag._ws_maxnreg(4)) == (64, 4, 96)
+    assert (ag._ws_block_n(64, 3), ag._ws_num_buf(3), ag._ws_maxnreg(3)) == (128, 3, 128)
     assert ag._ws_persistent(64, False, 4096) and not ag._ws_persistent(64, True, 4096)
     assert ag._ws_dynamic(128, True, 8192) and ag._ws_persistent(128, True, 8192)
     assert not ag._ws_dynamic(128, True, 16384) and not ag._ws_persistent(128, True, 16384)

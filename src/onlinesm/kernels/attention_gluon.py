@@ -4,7 +4,8 @@ What: FlashAttention-3's schedule written in Gluon (Triton's explicit-layout dia
 inputs it covers: 16-bit q, k, v of one shape [B, H, S, D] (no GQA, Sq == Sk), S a multiple
 of 128, D of 64 or 128, no mask, causal or not, on an sm_90 GPU. One warp only loads (a query
 block's Q, then K and V tiles through a ring of shared-memory buffers, by TMA), and two
-warpgroups of 4 warps each (three at D = 64) own 64 query rows and take turns at the tensor
+warpgroups of 4 warps each (at D = 64 three, four below S = 2048) own 64 query rows and take
+turns at the tensor
 cores: one issues its Q K^T and the previous tile's P V, hands the turn over, and does its
 softmax while the others' matmuls run. Without causal the launch is persistent: one program
 per SM walks query blocks, the producer loading the next block's tiles during the last one's
@@ -15,11 +16,11 @@ Why: the Triton kernel (attention.py) cannot overlap a tile's softmax with matmu
 waits for a wgmma at once when its result feeds anything but another wgmma), which held it at
 0.72-0.86 of cuDNN at D = 128. This one reaches 0.92-1.04 there on an H200 (medians of 3,
 S >= 4096, bf16 and fp16), and 0.98-1.09 at D = 64 (S >= 2048 without causal, 16k causal;
-reports/h200/bench_attention.md).
+0.94-0.97 at S = 1024-1536 in four warpgroups; reports/h200/bench_attention.md).
 
 Status: on by default. ``attention()`` runs it for the calls it covers (:func:`fits`) where it
-is the faster kernel (:func:`pays`: from S = 1024 at D = 128 and 2048 at D = 64 without
-causal, from 1024 and 16k causal), unless
+is the faster kernel (:func:`pays`: from S = 1024 without causal, from 1024 (D = 128) and
+16k (D = 64) causal), unless
 ``ONLINESM_ATTENTION_GLUON=0`` (``use_gluon(False)``) or a pinned Triton config
 (``ONLINESM_ATTENTION_CONFIG``) says otherwise. Its oracle tests and ``onlinesm check``
 through ``attention()`` pass on the H200.
@@ -364,7 +365,9 @@ def _ws_consume_block(work, g, it, smem, bars, ptrs, seq, n_blocks, n_work, WG: 
     # all lie past it: nothing to compute. Without causal only: causal launches of three
     # warpgroups run from S = 16,384 (one block in 86 ends there), and with this branch
     # ptxas under triton 3.9 spilled them (264 bytes; none under 3.6).
-    if (NUM_WG * ROWS) % 128 != 0 and WG > 0 and not CAUSAL:
+    # (Blocks of 128 rows are whole, S being a multiple of 128; blocks of 192 or 256 are not.)
+    WHOLE: gl.constexpr = 128 % (NUM_WG * ROWS) == 0
+    if not WHOLE and WG > 0 and not CAUSAL:
         if row0 >= seq:
             _ws_pass_block(g, it, slot, ready, empty, turn, q_empty, n_tiles, WG, NEXT,
                            NUM_BUF)
@@ -411,7 +414,7 @@ def _ws_consume_block(work, g, it, smem, bars, ptrs, seq, n_blocks, n_work, WG: 
     o_cols = gl.arange(0, HEAD_D, layout=gl.SliceLayout(0, O_LAYOUT))
     o_ptrs = (o_ptr + head_row.to(gl.int64) * HEAD_D  # this (batch, head)'s [S, D]
               + (o_rows[:, None] * HEAD_D + o_cols[None, :]))
-    if (NUM_WG * ROWS) % 128 == 0:  # S is a multiple of 128: every block is whole
+    if WHOLE:  # S is a multiple of 128: every block is whole
         gl.store(o_ptrs, o.to(dtype))
     else:  # the last block may end past S
         gl.store(o_ptrs, o.to(dtype), mask=(o_rows < seq)[:, None])
@@ -491,7 +494,7 @@ def _attn_fwd_ws(q_ptr, k_ptr, v_ptr, o_ptr, counter_ptr, seq, n_blocks, n_work,
                             NUM_BUF, SMEM, S_LAYOUT, O_LAYOUT, P_LAYOUT, CAUSAL, PV_OVERLAP,
                             NUM_WG, PERSISTENT)),
         ], [4, 1], [240, 24])
-    else:  # three consumers (192 query rows): FlashAttention-3's shape for D = 64
+    elif NUM_WG == 3:  # three consumers (192 query rows): FlashAttention-3's shape for D = 64
         gl.warp_specialize([
             (_ws_consumer, (smem, bars, ptrs, seq, n_blocks, n_work, 0, ROWS, HEAD_D, BLOCK_N,
                             NUM_BUF, SMEM, S_LAYOUT, O_LAYOUT, P_LAYOUT, CAUSAL, PV_OVERLAP,
@@ -506,6 +509,24 @@ def _attn_fwd_ws(q_ptr, k_ptr, v_ptr, o_ptr, counter_ptr, seq, n_blocks, n_work,
                             NUM_BUF, SMEM, S_LAYOUT, O_LAYOUT, P_LAYOUT, CAUSAL, PV_OVERLAP,
                             NUM_WG, PERSISTENT)),
         ], [4, 4, 1], [160, 160, 24])
+    else:  # four consumers (256 query rows; a bench candidate at D = 64)
+        gl.warp_specialize([
+            (_ws_consumer, (smem, bars, ptrs, seq, n_blocks, n_work, 0, ROWS, HEAD_D, BLOCK_N,
+                            NUM_BUF, SMEM, S_LAYOUT, O_LAYOUT, P_LAYOUT, CAUSAL, PV_OVERLAP,
+                            NUM_WG, PERSISTENT)),
+            (_ws_consumer, (smem, bars, ptrs, seq, n_blocks, n_work, 1, ROWS, HEAD_D, BLOCK_N,
+                            NUM_BUF, SMEM, S_LAYOUT, O_LAYOUT, P_LAYOUT, CAUSAL, PV_OVERLAP,
+                            NUM_WG, PERSISTENT)),
+            (_ws_consumer, (smem, bars, ptrs, seq, n_blocks, n_work, 2, ROWS, HEAD_D, BLOCK_N,
+                            NUM_BUF, SMEM, S_LAYOUT, O_LAYOUT, P_LAYOUT, CAUSAL, PV_OVERLAP,
+                            NUM_WG, PERSISTENT)),
+            (_ws_consumer, (smem, bars, ptrs, seq, n_blocks, n_work, 3, ROWS, HEAD_D, BLOCK_N,
+                            NUM_BUF, SMEM, S_LAYOUT, O_LAYOUT, P_LAYOUT, CAUSAL, PV_OVERLAP,
+                            NUM_WG, PERSISTENT)),
+            (_ws_producer, (smem, bars, ptrs, seq, n_blocks, n_work, 0, ROWS, HEAD_D, BLOCK_N,
+                            NUM_BUF, SMEM, S_LAYOUT, O_LAYOUT, P_LAYOUT, CAUSAL, PV_OVERLAP,
+                            NUM_WG, PERSISTENT)),
+        ], [4, 4, 4, 1], [112, 112, 112, 24])
 
 
 def _ws_constexprs(head_d: int, block_n: int, causal: bool, num_buf: int = WS_NUM_BUF,
@@ -513,7 +534,7 @@ def _ws_constexprs(head_d: int, block_n: int, causal: bool, num_buf: int = WS_NU
                    persistent: bool = False, q_buffers: int = 1,
                    dynamic: bool = False) -> dict[str, Any]:
     """The warp-specialized kernel's compile-time arguments (4-warp consumer layouts;
-    ``warpgroups`` consumers of 64 query rows each, 2 or 3; ``persistent``: one program per
+    ``warpgroups`` consumers of 64 query rows each, 2, 3 or 4; ``persistent``: one program per
     SM walking the query blocks, ``dynamic``: taking them from a counter; ``q_buffers``: 2
     lets it load the next block's Q during this one)."""
     schedule = _DYNAMIC if dynamic else _STATIC if persistent else _ONE_PER_BLOCK
@@ -532,8 +553,9 @@ def _ws_constexprs(head_d: int, block_n: int, causal: bool, num_buf: int = WS_NU
 
 def _ws_maxnreg(warpgroups: int) -> int:
     """Registers per thread that fit one program per SM: the 64k over the consumer warpgroups
-    and the producer's (a warpgroup's worth), 168 for two consumers, 128 for three."""
-    return WS_MAXNREG if warpgroups == 2 else 128
+    and the producer's (a warpgroup's worth), 168 for two consumers, 128 for three, 96 for
+    four (20 warps; the partitions then take 120 / 112 / 112 / 112 and the producer 24)."""
+    return {2: WS_MAXNREG, 3: 128}.get(warpgroups, 96)
 
 
 def _ws_pv_overlap(head_d: int) -> bool:
@@ -543,12 +565,16 @@ def _ws_pv_overlap(head_d: int) -> bool:
     return head_d == 128
 
 
-def _ws_warpgroups(head_d: int) -> int:
+def _ws_warpgroups(head_d: int, seq: int = 4096) -> int:
     """Consumer warpgroups of the shipped launch: three at D = 64 (192-row blocks, as
     FlashAttention-3 runs it; on the H200, bf16, of cuDNN: S = 4096 0.94 against two's 0.87,
-    16,384 1.04 against 0.92, causal 16,384 1.00 against 0.95), two at D = 128 (a 64 x 128
-    float32 accumulator per warpgroup needs the 168 registers)."""
-    return 3 if head_d == 64 else 2
+    16,384 1.04 against 0.92, causal 16,384 1.00 against 0.95), four at D = 64 below S = 2048
+    (256-row blocks in key tiles of 64, four K/V buffers: S = 1024 0.93 against three's 0.87
+    and the Triton kernel's 0.88, one run; S = 2048 0.95 against three's 0.97), two at
+    D = 128 (a 64 x 128 float32 accumulator per warpgroup needs the 168 registers)."""
+    if head_d != 64:
+        return 2
+    return 4 if seq < 2048 else 3
 
 
 def _ws_persistent(head_d: int, causal: bool, seq: int) -> bool:
@@ -575,10 +601,17 @@ def _ws_dynamic(head_d: int, causal: bool, seq: int) -> bool:
     return causal and head_d == 128 and seq < 16384
 
 
-def _ws_block_n(head_d: int) -> int:
+def _ws_block_n(head_d: int, warpgroups: int = 2) -> int:
     """Key tile of the warp-specialized kernel: 128 (64 query rows per warpgroup leave the
-    registers for it)."""
-    return 128
+    registers for it), 64 with four consumer warpgroups (112-120 registers each: tiles of
+    128 spill 6 KB)."""
+    return 64 if warpgroups == 4 else 128
+
+
+def _ws_num_buf(warpgroups: int) -> int:
+    """K/V buffers in the ring: WS_NUM_BUF, four with four consumers (their tiles of 64 keys
+    take half the room; S = 1024: 0.93 of cuDNN against 0.91 with three, one run)."""
+    return 4 if warpgroups == 4 else WS_NUM_BUF
 
 
 def fits(q: Any, k: Any, v: Any, *, mask: Any = None, return_lse: bool = False) -> str | None:
@@ -611,11 +644,12 @@ def fits(q: Any, k: Any, v: Any, *, mask: Any = None, return_lse: bool = False) 
 
 
 def pays(q: Any, causal: bool = False) -> bool:
-    """Whether the kernel beats the Triton one for q's shape: without causal from S = 1024 at
-    D = 128 and from 2048 at D = 64; causal from 1024 at D = 128 and from 16,384 at D = 64.
-    Measured on the H200 (bf16, of cuDNN): without causal, persistent, 0.83-0.87 against 0.73
-    at D = 128, S = 1024, 0.98 against 0.91 at D = 64, S = 2048, and 0.93-1.09 against
-    0.89-0.94 from 4096 (at D = 64, S = 1024 0.83-0.85 against 0.88); causal, D = 128
+    """Whether the kernel beats the Triton one for q's shape: without causal from S = 1024
+    (at D = 64 in four consumer warpgroups below 2048); causal from 1024 at D = 128 and from
+    16,384 at D = 64. Measured on the H200 (bf16, of cuDNN): without causal, persistent,
+    0.83-0.87 against 0.73 at D = 128, S = 1024, 0.98 against 0.91 at D = 64, S = 2048, and
+    0.93-1.09 against 0.89-0.94 from 4096 (at D = 64, S = 1024 0.93 in four warpgroups
+    against 0.88, three ran 0.83-0.87); causal, D = 128
     0.83 against 0.74 at S = 1024, 0.90 against 0.77 at 2048 (medians of 3; the Triton
     kernel's one run) and 0.95-1.04 from 4096, D = 64 1.00 against 0.94 at 16,384; shorter
     causal rows at D = 64 run better on the Triton kernel (S = 1024-8192: at best 0.81 /
@@ -627,7 +661,7 @@ def pays(q: Any, causal: bool = False) -> bool:
     d, s = q.shape[-1], q.shape[-2]
     if d == 128:
         return s >= 1024
-    return s >= (16384 if causal else 2048)
+    return s >= (16384 if causal else 1024)
 
 
 def forward(q: Any, k: Any, v: Any, *, causal: bool = False, scale: float | None = None,
@@ -642,7 +676,7 @@ def forward(q: Any, k: Any, v: Any, *, causal: bool = False, scale: float | None
     the SM's 64k over 12 warps, 168, runs one program per SM) and ``pv_overlap`` (a
     warpgroup's P V left running through its own softmax: FlashAttention-3's intra-warpgroup
     overlap, on at D = 128) and ``warpgroups`` (consumers of 64 query rows: 2, or 3 with 128
-    registers each, the launch at D = 64) and ``persistent`` (one program per SM walking the
+    registers each, the launch at D = 64, or 4 with key tiles of 64, a bench candidate) and ``persistent`` (one program per SM walking the
     query blocks, instead of one program per block; ``programs`` of them instead, for tests;
     ``q_buffers=2``: the next block's Q loads during this one; 0-6% faster causal, not
     shipped; ``dynamic``: persistent programs take the next block from a counter, as
@@ -657,9 +691,9 @@ def forward(q: Any, k: Any, v: Any, *, causal: bool = False, scale: float | None
     if why is not None:
         raise ValueError(f"the Gluon attention kernel needs {why}")
     b, h, s, d = q.shape
-    wg = warpgroups or _ws_warpgroups(d)
-    if wg not in (2, 3):
-        raise ValueError(f"warpgroups={warpgroups} is not supported; use 2 or 3")
+    wg = warpgroups or _ws_warpgroups(d, s)
+    if wg not in (2, 3, 4):
+        raise ValueError(f"warpgroups={warpgroups} is not supported; use 2, 3 or 4")
     q, k, v = (t.contiguous() for t in (q, k, v))
     o = torch.empty_like(q)
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
@@ -686,7 +720,8 @@ def forward(q: Any, k: Any, v: Any, *, causal: bool = False, scale: float | None
     with torch.cuda.device(q.device):
         _attn_fwd_ws[(programs,)](
             q, k, v, o, counter, s, n_blocks, n_work, scale * 1.4426950408889634,  # log2(e)
-            **_ws_constexprs(d, block_n or _ws_block_n(d), bool(causal), num_buf or WS_NUM_BUF,
+            **_ws_constexprs(d, block_n or _ws_block_n(d, wg), bool(causal),
+                             num_buf or _ws_num_buf(wg),
                              _ws_pv_overlap(d) if pv_overlap is None else bool(pv_overlap), wg,
                              persistent, q_buffers, dynamic),
             num_warps=4, maxnreg=maxnreg or _ws_maxnreg(wg))
