@@ -237,7 +237,8 @@ WS_CANDIDATES = (
     (128, 64, 2, 128, False, 3),
     # four consumers (256 query rows) in key tiles of 64: the 64k registers over 20 warps
     # (96 at launch; consumers at 112-120) compile spill-free without causal (triton 3.6 and
-    # 3.9; causal spills 244 bytes under 3.9); tiles of 128 spill 6 KB
+    # 3.9; causal spills 244 bytes under 3.9); tiles of 128 spill 6.4-8.7 KB. The second
+    # (four buffers) is the launch at D = 64 below S = 2048 since the fourteenth round.
     (64, 64, 3, 96, False, 4), (64, 64, 4, 96, False, 4),
 )
 #: How --bench-ws runs each launch, as (persistent, Q buffers, dynamic): one program per query
