@@ -481,7 +481,9 @@ def _attn_fwd_ws(q_ptr, k_ptr, v_ptr, o_ptr, counter_ptr, seq, n_blocks, n_work,
     bars = (q_bar, q_empty, ready, empty, turn)
     ptrs = (q_ptr, k_ptr, v_ptr, o_ptr, qk_scale_log2, counter_ptr)
     # One signature for every partition: (shared buffers, barriers, pointers, scalars, which
-    # warpgroup, constants); the default partition is consumer 0.
+    # warpgroup, constants); the default partition is consumer 0. Written out per count of
+    # consumers: a tuple held in a variable cannot carry the layouts (Gluon converts its
+    # items to tensors), only the literal in the call can.
     if NUM_WG == 2:
         gl.warp_specialize([
             (_ws_consumer, (smem, bars, ptrs, seq, n_blocks, n_work, 0, ROWS, HEAD_D, BLOCK_N,
