@@ -5,8 +5,7 @@ inputs it covers: 16-bit q, k, v of one shape [B, H, S, D] (no GQA, Sq == Sk), S
 of 128, D of 64 or 128, no mask, causal or not, on an sm_90 GPU. One warp only loads (a query
 block's Q, then K and V tiles through a ring of shared-memory buffers, by TMA), and two
 warpgroups of 4 warps each (at D = 64 three, four below S = 2048) own 64 query rows and take
-turns at the tensor
-cores: one issues its Q K^T and the previous tile's P V, hands the turn over, and does its
+turns at the tensor cores: one issues its Q K^T and the previous tile's P V, hands the turn over, and does its
 softmax while the others' matmuls run. Without causal the launch is persistent: one program
 per SM walks query blocks, the producer loading the next block's tiles during the last one's
 epilogue; causal at D = 128 below S = 16k too, taking each next block from a counter in
@@ -511,7 +510,7 @@ def _attn_fwd_ws(q_ptr, k_ptr, v_ptr, o_ptr, counter_ptr, seq, n_blocks, n_work,
                             NUM_BUF, SMEM, S_LAYOUT, O_LAYOUT, P_LAYOUT, CAUSAL, PV_OVERLAP,
                             NUM_WG, PERSISTENT)),
         ], [4, 4, 1], [160, 160, 24])
-    else:  # four consumers (256 query rows; a bench candidate at D = 64)
+    else:  # four consumers (256 query rows, key tiles of 64): D = 64 below S = 2048
         gl.warp_specialize([
             (_ws_consumer, (smem, bars, ptrs, seq, n_blocks, n_work, 0, ROWS, HEAD_D, BLOCK_N,
                             NUM_BUF, SMEM, S_LAYOUT, O_LAYOUT, P_LAYOUT, CAUSAL, PV_OVERLAP,
@@ -606,7 +605,7 @@ def _ws_dynamic(head_d: int, causal: bool, seq: int) -> bool:
 def _ws_block_n(head_d: int, warpgroups: int = 2) -> int:
     """Key tile of the warp-specialized kernel: 128 (64 query rows per warpgroup leave the
     registers for it), 64 with four consumer warpgroups (112-120 registers each: tiles of
-    128 spill 6 KB)."""
+    128 spill 6.4-8.7 KB)."""
     return 64 if warpgroups == 4 else 128
 
 
