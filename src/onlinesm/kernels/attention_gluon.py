@@ -5,8 +5,8 @@ inputs it covers: 16-bit q, k, v of one shape [B, H, S, D] (no GQA, Sq == Sk), S
 of 128, D of 64 or 128, no mask, causal or not, on an sm_90 GPU. One warp only loads (a query
 block's Q, then K and V tiles through a ring of shared-memory buffers, by TMA), and two
 warpgroups of 4 warps each (at D = 64 three, four below S = 2048) own 64 query rows and take
-turns at the tensor cores: one issues its Q K^T and the previous tile's P V, hands the turn over, and does its
-softmax while the others' matmuls run. Without causal the launch is persistent: one program
+turns at the tensor cores: one issues its Q K^T and the previous tile's P V, hands the turn
+over, and does its softmax while the others' matmuls run. Without causal the launch is persistent: one program
 per SM walks query blocks, the producer loading the next block's tiles during the last one's
 epilogue; causal at D = 128 below S = 16k too, taking each next block from a counter in
 global memory (blocks differ in length there), and otherwise one program per block.
