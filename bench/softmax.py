@@ -218,8 +218,9 @@ def variants(n: int, itemsize: int) -> list[tuple[str, dict[str, Any]]]:
             # ... or a window (odd N) of 8k-9k split as the wider windows are (chunks of 4096
             # in 2 warps, ten per SM, whole vectors of 16 bytes): shipped for windows of
             # 8449-9216 until the capped chunks below beat it (bf16 9,001 at 88% of copy
-            # against 86% on chip as 8192 and a tail; 8,191 at 85% against 96%). Parts of 8192 in 4 warps five per SM, of 4096 in 4
-            # warps eight per SM, or of 2048 in 2 warps sixteen per SM lost at 8k-14k.
+            # against 86% on chip as 8192 and a tail; 8,191 at 85% against 96%). Parts of 8192
+            # in 4 warps five per SM, of 4096 in 4 warps eight per SM, or of 2048 in 2 warps
+            # sixteen per SM lost at 8k-14k.
             out.append(("split loose16 c4096 w2 x10", dict(
                 path="split", tuning=dict(_SPLIT_16_SMALL_LOOSE))))
         if itemsize == 2 and 20480 < n <= 24576:  # 16 warps capped to let two share an SM

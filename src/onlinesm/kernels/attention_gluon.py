@@ -6,10 +6,11 @@ of 128, D of 64 or 128, no mask, causal or not, on an sm_90 GPU. One warp only l
 block's Q, then K and V tiles through a ring of shared-memory buffers, by TMA), and two
 warpgroups of 4 warps each (at D = 64 three, four below S = 2048) own 64 query rows and take
 turns at the tensor cores: one issues its Q K^T and the previous tile's P V, hands the turn
-over, and does its softmax while the others' matmuls run. Without causal the launch is persistent: one program
-per SM walks query blocks, the producer loading the next block's tiles during the last one's
-epilogue; causal at D = 128 below S = 16k too, taking each next block from a counter in
-global memory (blocks differ in length there), and otherwise one program per block.
+over, and does its softmax while the others' matmuls run. Without causal the launch is
+persistent: one program per SM walks query blocks, the producer loading the next block's
+tiles during the last one's epilogue; causal at D = 128 below S = 16k too, taking each next
+block from a counter in global memory (blocks differ in length there), and otherwise one
+program per block.
 
 Why: the Triton kernel (attention.py) cannot overlap a tile's softmax with matmuls (Triton
 waits for a wgmma at once when its result feeds anything but another wgmma), which held it at
@@ -677,8 +678,9 @@ def forward(q: Any, k: Any, v: Any, *, causal: bool = False, scale: float | None
     the SM's 64k over 12 warps, 168, runs one program per SM) and ``pv_overlap`` (a
     warpgroup's P V left running through its own softmax: FlashAttention-3's intra-warpgroup
     overlap, on at D = 128) and ``warpgroups`` (consumers of 64 query rows: 2, or 3 with 128
-    registers each, the launch at D = 64, or 4 with key tiles of 64, a bench candidate) and ``persistent`` (one program per SM walking the
-    query blocks, instead of one program per block; ``programs`` of them instead, for tests;
+    registers each, the launch at D = 64 from S = 2048, or 4 in key tiles of 64, the launch
+    below it) and ``persistent`` (one program per SM walking the query blocks, instead of
+    one program per block; ``programs`` of them instead, for tests;
     ``q_buffers=2``: the next block's Q loads during this one; 0-6% faster causal, not
     shipped; ``dynamic``: persistent programs take the next block from a counter, as
     FlashAttention-3's tile scheduler, instead of every P-th) override the measured launch
