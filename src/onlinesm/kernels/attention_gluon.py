@@ -4,7 +4,7 @@ What: FlashAttention-3's schedule written in Gluon (Triton's explicit-layout dia
 inputs it covers: 16-bit q, k, v of one shape [B, H, S, D] (no GQA, Sq == Sk), S a multiple
 of 128, D of 64 or 128, no mask, causal or not, on an sm_90 GPU. One warp only loads (a query
 block's Q, then K and V tiles through a ring of shared-memory buffers, by TMA), and two
-warpgroups of 4 warps each (at D = 64 three, four below S = 2048) own 64 query rows and take
+warpgroups of 4 warps each (at D = 64 three, mostly four below S = 2048) own 64 query rows and take
 turns at the tensor cores: one issues its Q K^T and the previous tile's P V, hands the turn
 over, and does its softmax while the others' matmuls run. Without causal the launch is
 persistent: one program per SM walks query blocks, the producer loading the next block's
@@ -511,7 +511,7 @@ def _attn_fwd_ws(q_ptr, k_ptr, v_ptr, o_ptr, counter_ptr, seq, n_blocks, n_work,
                             NUM_BUF, SMEM, S_LAYOUT, O_LAYOUT, P_LAYOUT, CAUSAL, PV_OVERLAP,
                             NUM_WG, PERSISTENT)),
         ], [4, 4, 1], [160, 160, 24])
-    else:  # four consumers (256 query rows, key tiles of 64): D = 64 below S = 2048
+    else:  # four consumers (256 query rows, key tiles of 64): D = 64, mostly below S = 2048
         gl.warp_specialize([
             (_ws_consumer, (smem, bars, ptrs, seq, n_blocks, n_work, 0, ROWS, HEAD_D, BLOCK_N,
                             NUM_BUF, SMEM, S_LAYOUT, O_LAYOUT, P_LAYOUT, CAUSAL, PV_OVERLAP,
@@ -572,11 +572,18 @@ def _ws_warpgroups(head_d: int, seq: int = 4096) -> int:
     FlashAttention-3 runs it; on the H200, bf16, of cuDNN: S = 4096 0.94 against two's 0.87,
     16,384 1.04 against 0.92, causal 16,384 1.00 against 0.95), four at D = 64 below S = 2048
     (256-row blocks in key tiles of 64, four K/V buffers: S = 1024 0.93 against three's 0.87
-    and the Triton kernel's 0.88, one run; S = 2048 0.95 against three's 0.97), two at
-    D = 128 (a 64 x 128 float32 accumulator per warpgroup needs the 168 registers)."""
+    and the Triton kernel's 0.88, one run; S = 2048 0.95 against three's 0.97) unless three
+    leave fewer rows past S in the last block: there the rows past S cost four warpgroups a
+    turn each for nothing (one run: S = 1152 0.87 in four against 0.96 in three, 1920 0.90
+    against 0.98, 1664 0.89 in both; 1280 / 1792, whole blocks of four: 0.95 / 0.93 against
+    0.95 / 0.89), two at D = 128 (a 64 x 128 float32 accumulator per warpgroup needs the 168
+    registers)."""
     if head_d != 64:
         return 2
-    return 4 if seq < 2048 else 3
+    if seq >= 2048:
+        return 3
+    past_s = {wg: -seq % (WS_ROWS * wg) for wg in (3, 4)}  # rows of the last block past S
+    return 3 if past_s[3] < past_s[4] else 4
 
 
 def _ws_persistent(head_d: int, causal: bool, seq: int) -> bool:
@@ -647,7 +654,7 @@ def fits(q: Any, k: Any, v: Any, *, mask: Any = None, return_lse: bool = False) 
 
 def pays(q: Any, causal: bool = False) -> bool:
     """Whether the kernel beats the Triton one for q's shape: without causal from S = 1024
-    (at D = 64 in four consumer warpgroups below 2048); causal from 1024 at D = 128 and from
+    (at D = 64 mostly in four consumer warpgroups below 2048); causal from 1024 at D = 128 and from
     16,384 at D = 64. Measured on the H200 (bf16, of cuDNN): without causal, persistent,
     0.83-0.87 against 0.73 at D = 128, S = 1024, 0.98 against 0.91 at D = 64, S = 2048, and
     0.93-1.09 against 0.89-0.94 from 4096 (at D = 64, S = 1024 0.93 in four warpgroups
