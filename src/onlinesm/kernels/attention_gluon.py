@@ -16,7 +16,7 @@ Why: the Triton kernel (attention.py) cannot overlap a tile's softmax with matmu
 waits for a wgmma at once when its result feeds anything but another wgmma), which held it at
 0.72-0.86 of cuDNN at D = 128. This one reaches 0.92-1.04 there on an H200 (medians of 3,
 S >= 4096, bf16 and fp16), and 0.98-1.09 at D = 64 (S >= 2048 without causal, 16k causal;
-0.94-0.97 at S = 1024-1536 in four warpgroups; reports/h200/bench_attention.md).
+0.91-0.99 below S = 2048 in three or four warpgroups; reports/h200/bench_attention.md).
 
 Status: on by default. ``attention()`` runs it for the calls it covers (:func:`fits`) where it
 is the faster kernel (:func:`pays`: from S = 1024 without causal, from 1024 (D = 128) and
@@ -582,8 +582,8 @@ def _ws_warpgroups(head_d: int, seq: int = 4096) -> int:
         return 2
     if seq >= 2048:
         return 3
-    past_s = {wg: -seq % (WS_ROWS * wg) for wg in (3, 4)}  # rows of the last block past S
-    return 3 if past_s[3] < past_s[4] else 4
+    # rows of the last block past S, in blocks of three and of four warpgroups
+    return 3 if -seq % (3 * WS_ROWS) < -seq % (4 * WS_ROWS) else 4
 
 
 def _ws_persistent(head_d: int, causal: bool, seq: int) -> bool:
