@@ -240,6 +240,9 @@ WS_CANDIDATES = (
     # 3.9; causal spills 244 bytes under 3.9); tiles of 128 spill 6.4-8.7 KB. The second
     # (four buffers) is the launch at D = 64 below S = 2048 since the fourteenth round.
     (64, 64, 3, 96, False, 4), (64, 64, 4, 96, False, 4),
+    # two consumers in key tiles of 64: causal, the first warpgroup hands on the block's
+    # last tile (past its diagonal), and each masks one tile
+    (64, 64, 4, 168, False, 2),
 )
 #: How --bench-ws runs each launch, as (persistent, Q buffers, dynamic): one program per query
 #: block; persistent (one per SM walking blocks; causal: every head's longest blocks first,
@@ -268,7 +271,7 @@ def compile_offline(head_d: int, causal: bool, block_n: int | None = None,
     ag = attention_gluon
     fn = ag._attn_fwd_ws if ws else _attn_fwd_gluon
     if ws:
-        warpgroups = warpgroups or ag._ws_warpgroups(head_d, seq)
+        warpgroups = warpgroups or ag._ws_warpgroups(head_d, seq, causal)
         if persistent is None and dynamic is None:  # the shipped launch at length seq
             persistent = ag._ws_persistent(head_d, causal, seq)
             dynamic = ag._ws_dynamic(head_d, causal, seq)

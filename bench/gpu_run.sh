@@ -162,7 +162,7 @@ for phase in "$@"; do
       done ;;
     gluon_check)
       # The built-in attention on calls the Gluon kernel takes (S = 4096, or GLUON_CHECK_MIN_S
-      # to GLUON_CHECK_MAX_S; no mask, Sq == Sk; at D = 64 causal ones run the Triton kernel):
+      # to GLUON_CHECK_MAX_S; no mask, Sq == Sk; D = 64 causal below 2048 runs the Triton kernel):
       # the property suite through attention().
       # Its oracle is float64 on the CPU: about 450 s for the two dtypes.
       ( cd /tmp && timeout 540 python3 -m onlinesm check onlinesm.kernels:attention --op attention \

@@ -4,23 +4,25 @@ What: FlashAttention-3's schedule written in Gluon (Triton's explicit-layout dia
 inputs it covers: 16-bit q, k, v of one shape [B, H, S, D] (no GQA, Sq == Sk), S a multiple
 of 128, D of 64 or 128, no mask, causal or not, on an sm_90 GPU. One warp only loads (a query
 block's Q, then K and V tiles through a ring of shared-memory buffers, by TMA), and two
-warpgroups of 4 warps each (at D = 64 three, mostly four below S = 2048) own 64 query rows and take
-turns at the tensor cores: one issues its Q K^T and the previous tile's P V, hands the turn
-over, and does its softmax while the others' matmuls run. Without causal the launch is
-persistent: one program per SM walks query blocks, the producer loading the next block's
-tiles during the last one's epilogue; causal at D = 128 below S = 16k too, taking each next
-block from a counter in global memory (blocks differ in length there), and otherwise one
-program per block.
+warpgroups of 4 warps each (at D = 64 three, mostly four below S = 2048, and causal four
+below 8192) own 64 query rows and take turns at the tensor cores: one issues its Q K^T and
+the previous tile's P V, hands the turn over, and does its softmax while the others' matmuls
+run; causal, a warpgroup hands on the turns of key tiles past its own diagonal. Without
+causal the launch is persistent: one program per SM walks query blocks, the producer loading
+the next block's tiles during the last one's epilogue; causal below S = 16k (D = 128) or 8k
+(D = 64) too, taking each next block from a counter in global memory (blocks differ in
+length there), and otherwise one program per block.
 
 Why: the Triton kernel (attention.py) cannot overlap a tile's softmax with matmuls (Triton
 waits for a wgmma at once when its result feeds anything but another wgmma), which held it at
 0.72-0.86 of cuDNN at D = 128. This one reaches 0.92-1.04 there on an H200 (medians of 3,
-S >= 4096, bf16 and fp16), and 0.98-1.09 at D = 64 (S >= 2048 without causal, 16k causal;
-0.91-0.99 below S = 2048 in three or four warpgroups; reports/h200/bench_attention.md).
+S >= 4096, bf16 and fp16), and 0.98-1.09 at D = 64 (S >= 2048 without causal, 8k causal;
+0.91-0.99 below S = 2048 in three or four warpgroups, causal 0.90-0.94 at S = 2048-4096;
+reports/h200/bench_attention.md).
 
 Status: on by default. ``attention()`` runs it for the calls it covers (:func:`fits`) where it
 is the faster kernel (:func:`pays`: from S = 1024 without causal, from 1024 (D = 128) and
-16k (D = 64) causal), unless
+2048 (D = 64) causal), unless
 ``ONLINESM_ATTENTION_GLUON=0`` (``use_gluon(False)``) or a pinned Triton config
 (``ONLINESM_ATTENTION_CONFIG``) says otherwise. Its oracle tests and ``onlinesm check``
 through ``attention()`` pass on the H200.
@@ -119,8 +121,9 @@ def _ws_block(work, seq, n_blocks, n_work, ROWS: gl.constexpr, BLOCK_N: gl.const
     if CAUSAL:
         block = n_blocks - 1 - block
     start_m = block * (NUM_WG * ROWS)
-    # Every warpgroup walks the same key tiles (causal: up to the block's last row; the tiles
-    # past a warpgroup's diagonal are masked out for it), so their turns stay in step.
+    # Every warpgroup takes a turn per key tile (causal: up to the block's last row; a
+    # warpgroup hands on the turns of tiles past its own diagonal), so their turns stay in
+    # step.
     hi = seq
     if CAUSAL:
         hi = gl.minimum(seq, start_m + NUM_WG * ROWS)
@@ -350,21 +353,13 @@ def _ws_consume_block(work, g, it, smem, bars, ptrs, seq, n_blocks, n_work, WG: 
     slot = it % Q_BUFS
     q = q_smem.index(slot * NUM_WG + WG)
     NEXT: gl.constexpr = (WG + 1) % NUM_WG  # whose turn follows mine
-    # Causal: the block's NUM_WG * ROWS queries meet the diagonal in its last N_DIAG key
-    # tiles (128 queries: one tile of 128 keys, two of 64; 192 queries: three of 64, and
-    # with tiles of 128 keys one more than they span, as a block may start mid-tile); those
-    # are masked, the tiles before them lie below every warpgroup's diagonal and need no
-    # mask. Without causal, none is masked.
-    BLOCK_M: gl.constexpr = NUM_WG * ROWS
-    N_DIAG: gl.constexpr = ((BLOCK_M + BLOCK_N - 1) // BLOCK_N + ((BLOCK_M % BLOCK_N) > 0)
-                            if CAUSAL else 1)
     head_row, start_m, n_tiles = _ws_block(work, seq, n_blocks, n_work, ROWS, BLOCK_N, CAUSAL,
                                            NUM_WG, PERSISTENT)
     row0 = start_m + WG * ROWS
-    # A last block of 3 x 64 rows may end past S, and a warpgroup's rows (not the first's)
-    # all lie past it: nothing to compute. Without causal only: causal launches of three
-    # warpgroups run from S = 16,384 (one block in 86 ends there), and with this branch
-    # ptxas under triton 3.9 spilled them (264 bytes; none under 3.6).
+    # A last block of 3 or 4 x 64 rows may end past S, and a warpgroup's rows (not the
+    # first's) all lie past it: nothing to compute. Without causal it hands on every turn;
+    # causal, where this branch spilled under triton 3.9 (264 bytes), it computes key tile 0
+    # alone and hands on the rest (n_own below).
     # (Blocks of 128 rows are whole, S being a multiple of 128; blocks of 192 or 256 are not.)
     WHOLE: gl.constexpr = 128 % (NUM_WG * ROWS) == 0
     if not WHOLE and WG > 0 and not CAUSAL:
@@ -372,6 +367,17 @@ def _ws_consume_block(work, g, it, smem, bars, ptrs, seq, n_blocks, n_work, WG: 
             _ws_pass_block(g, it, slot, ready, empty, turn, q_empty, n_tiles, WG, NEXT,
                            NUM_BUF)
             return n_tiles
+    # Causal: the block walks its key tiles up to its last row (n_tiles), but this
+    # warpgroup's rows see keys up to row0 + ROWS - 1 only: its own tiles are the first
+    # n_own, and only the last of them meets its diagonal (64 rows starting at a multiple of
+    # 64 never span two tiles of 64 or 128 keys), so it alone is masked. The block's later
+    # tiles lie wholly past this warpgroup's diagonal: it hands their turns on without a
+    # matmul (in a 256-row block of 64-key tiles, 3 / 2 / 1 / 0 turns of warpgroups 0-3).
+    # Without causal every warpgroup owns every tile and none is masked.
+    n_own = n_tiles
+    N_DIAG: gl.constexpr = 1 if CAUSAL else 0
+    if CAUSAL:
+        n_own = gl.where(row0 < seq, gl.minimum(n_tiles, gl.cdiv(row0 + ROWS, BLOCK_N)), 1)
     offs_m = row0 + gl.arange(0, ROWS, layout=gl.SliceLayout(1, S_LAYOUT))
     l_i = gl.zeros([ROWS], gl.float32, gl.SliceLayout(1, S_LAYOUT))
     acc = gl.zeros([ROWS, HEAD_D], gl.float32, O_LAYOUT)
@@ -389,12 +395,12 @@ def _ws_consume_block(work, g, it, smem, bars, ptrs, seq, n_blocks, n_work, WG: 
                                        CAUSAL, S_LAYOUT)
     p_op = gl.convert_layout(p.to(dtype), P_LAYOUT)
 
-    for j in range(1, n_tiles - N_DIAG):
+    for j in range(1, n_own - N_DIAG):
         p_op, acc, m_i, l_i = _ws_step(j, g + j, g + it + j, q, k_smem, v_smem, ready,
                                        empty, turn, p_op, acc, m_i, l_i, zeros_s, offs_m,
                                        qk_scale_log2, WG, NEXT, BLOCK_N, NUM_BUF, False,
                                        S_LAYOUT, O_LAYOUT, P_LAYOUT, PV_OVERLAP)
-    for j in range(gl.maximum(n_tiles - N_DIAG, 1), n_tiles):
+    for j in range(gl.maximum(n_own - N_DIAG, 1), n_own):
         p_op, acc, m_i, l_i = _ws_step(j, g + j, g + it + j, q, k_smem, v_smem, ready,
                                        empty, turn, p_op, acc, m_i, l_i, zeros_s, offs_m,
                                        qk_scale_log2, WG, NEXT, BLOCK_N, NUM_BUF, CAUSAL,
@@ -402,13 +408,16 @@ def _ws_consume_block(work, g, it, smem, bars, ptrs, seq, n_blocks, n_work, WG: 
     # Every score of the block is in: the producer may load the next block's Q.
     mbarrier.arrive(q_empty.index(slot), count=1)
 
-    # Turn n_tiles: the last tile's P V.
-    b_last = (g + n_tiles - 1) % NUM_BUF
-    mbarrier.wait(turn.index(WG), (g + it + n_tiles) & 1)
+    # Turn n_own: its last tile's P V.
+    b_last = (g + n_own - 1) % NUM_BUF
+    mbarrier.wait(turn.index(WG), (g + it + n_own) & 1)
     acc = warpgroup_mma(p_op, v_smem.index(b_last), acc, is_async=True)
     mbarrier.arrive(turn.index(NEXT), count=1)
     acc = warpgroup_mma_wait(0, deps=[acc])
     mbarrier.arrive(empty.index(b_last), count=1)
+    # Causal: the turns of the block's tiles past this warpgroup's diagonal, handed on.
+    for j in range(n_own, n_tiles):
+        _ws_pass_turn(g + j, g + it + j + 1, ready, empty, turn, WG, NEXT, NUM_BUF)
     o = acc / gl.convert_layout(l_i, gl.SliceLayout(1, O_LAYOUT))[:, None]
     o_rows = row0 + gl.arange(0, ROWS, layout=gl.SliceLayout(1, O_LAYOUT))
     o_cols = gl.arange(0, HEAD_D, layout=gl.SliceLayout(0, O_LAYOUT))
@@ -431,14 +440,22 @@ def _ws_pass_block(g, it, slot, ready, empty, turn, q_empty, n_tiles, WG: gl.con
     the wrong phase), its Q slot released. Its share of the tensor cores goes to the others:
     at S = 1024 an eighth of the work (on the H200, D = 64, bf16: 0.83 -> 0.87 of cuDNN)."""
     for j in range(0, n_tiles):
-        c = g + j  # tile j's place in the ring
-        mbarrier.wait(ready.index(c % NUM_BUF), (c // NUM_BUF) & 1)
-        mbarrier.wait(turn.index(WG), (g + it + j) & 1)
-        mbarrier.arrive(turn.index(NEXT), count=1)
-        mbarrier.arrive(empty.index(c % NUM_BUF), count=1)
+        _ws_pass_turn(g + j, g + it + j, ready, empty, turn, WG, NEXT, NUM_BUF)
     mbarrier.arrive(q_empty.index(slot), count=1)
     mbarrier.wait(turn.index(WG), (g + it + n_tiles) & 1)  # the turn of the last P V
     mbarrier.arrive(turn.index(NEXT), count=1)
+
+
+@gluon.jit
+def _ws_pass_turn(c, t, ready, empty, turn, WG: gl.constexpr, NEXT: gl.constexpr,
+                  NUM_BUF: gl.constexpr):
+    """A turn without a matmul: the warpgroup's turn t handed on at once, and the key tile
+    at the ring's place c released once it has landed (releasing a buffer the load warp has
+    not yet filled would count towards the wrong phase)."""
+    mbarrier.wait(ready.index(c % NUM_BUF), (c // NUM_BUF) & 1)
+    mbarrier.wait(turn.index(WG), t & 1)
+    mbarrier.arrive(turn.index(NEXT), count=1)
+    mbarrier.arrive(empty.index(c % NUM_BUF), count=1)
 
 
 @gluon.jit
@@ -567,8 +584,12 @@ def _ws_pv_overlap(head_d: int) -> bool:
     return head_d == 128
 
 
-def _ws_warpgroups(head_d: int, seq: int = 4096) -> int:
-    """Consumer warpgroups of the shipped launch: three at D = 64 (192-row blocks, as
+def _ws_warpgroups(head_d: int, seq: int = 4096, causal: bool = False) -> int:
+    """Consumer warpgroups of the shipped launch: causal at D = 64, four below S = 8192 (in
+    256-row blocks of 64-key tiles each warpgroup hands on 3 / 2 / 1 / 0 turns past its
+    diagonal; on the H200, bf16, of cuDNN, medians of 3: S = 2048 / 4096 0.90 / 0.94 against
+    three's 0.79 / 0.91, both from the counter) and three from it (8192 / 16,384: 0.98 /
+    1.04 against four's 0.93 / 1.00). Otherwise three at D = 64 (192-row blocks, as
     FlashAttention-3 runs it; on the H200, bf16, of cuDNN: S = 4096 0.94 against two's 0.87,
     16,384 1.04 against 0.92, causal 16,384 1.00 against 0.95), four at D = 64 below S = 2048
     (256-row blocks in key tiles of 64, four K/V buffers: S = 1024 0.93 against three's 0.87
@@ -580,6 +601,8 @@ def _ws_warpgroups(head_d: int, seq: int = 4096) -> int:
     registers)."""
     if head_d != 64:
         return 2
+    if causal:
+        return 4 if seq < 8192 else 3
     if seq >= 2048:
         return 3
     # rows of the last block past S, in blocks of three and of four warpgroups
@@ -600,14 +623,17 @@ def _ws_persistent(head_d: int, causal: bool, seq: int) -> bool:
 def _ws_dynamic(head_d: int, causal: bool, seq: int) -> bool:
     """Whether the shipped launch is persistent with its blocks taken from a counter, in the
     order one program per block runs them (as FlashAttention-3's tile scheduler): causal at
-    D = 128 below S = 16,384. On the H200 (bf16, of cuDNN, medians of 3 in one run:
-    ``python bench/gluon_attention.py --bench-ws --shipped-only --causal yes --dims 128
-    --schedules 0,3``) it ran 0.85 / 0.95 / 0.99 at S = 2048 / 4096 / 8192 against one
-    program per block's 0.79 / 0.92 / 0.98 (S = 1024, one run: 0.81 against 0.67): the next
-    block's loads start during this one's last tiles, where a new program would start cold;
-    at 16,384 1.02 against 1.04. At D = 64 it ran as one program per block (0.38-0.92
-    causal, S = 1024-8192) and both below the Triton kernel, which keeps those calls."""
-    return causal and head_d == 128 and seq < 16384
+    D = 128 below S = 16,384 and at D = 64 below 8192 (four warpgroups). On the H200 (bf16,
+    of cuDNN, medians of 3 in one run: ``python bench/gluon_attention.py --bench-ws
+    --shipped-only --causal yes --dims 128 --schedules 0,3``) it ran 0.85 / 0.95 / 0.99 at
+    S = 2048 / 4096 / 8192 against one program per block's 0.79 / 0.92 / 0.98 (S = 1024,
+    one run: 0.81 against 0.67): the next block's loads start during this one's last tiles,
+    where a new program would start cold; at 16,384 1.02 against 1.04. At D = 64 in four
+    warpgroups (``--dims 64 --candidates 8 --schedules 0,3``): 0.90 / 0.94 at S = 2048 /
+    4096 against 0.84 / 0.91."""
+    if not causal:
+        return False
+    return seq < (16384 if head_d == 128 else 8192)
 
 
 def _ws_block_n(head_d: int, warpgroups: int = 2) -> int:
@@ -654,15 +680,15 @@ def fits(q: Any, k: Any, v: Any, *, mask: Any = None, return_lse: bool = False) 
 
 def pays(q: Any, causal: bool = False) -> bool:
     """Whether the kernel beats the Triton one for q's shape: without causal from S = 1024
-    (at D = 64 mostly in four consumer warpgroups below 2048); causal from 1024 at D = 128 and from
-    16,384 at D = 64. Measured on the H200 (bf16, of cuDNN): without causal, persistent,
+    (at D = 64 mostly in four consumer warpgroups below 2048); causal from 1024 at D = 128 and
+    from 2048 at D = 64. Measured on the H200 (bf16, of cuDNN): without causal, persistent,
     0.83-0.87 against 0.73 at D = 128, S = 1024, 0.98 against 0.91 at D = 64, S = 2048, and
     0.93-1.09 against 0.89-0.94 from 4096 (at D = 64, S = 1024 0.93 in four warpgroups
-    against 0.88, three ran 0.83-0.87); causal, D = 128
-    0.83 against 0.74 at S = 1024, 0.90 against 0.77 at 2048 (medians of 3; the Triton
-    kernel's one run) and 0.95-1.04 from 4096, D = 64 1.00 against 0.94 at 16,384; shorter
-    causal rows at D = 64 run better on the Triton kernel (S = 1024-8192: at best 0.81 /
-    0.91 / 0.89 / 0.91 in any launch, against 0.85 / 0.89 / 0.91 / 0.94 in the same run).
+    against 0.88, three ran 0.83-0.87); causal, D = 128 0.83 against 0.74 at S = 1024, 0.90
+    against 0.77 at 2048 (medians of 3; the Triton kernel's one run) and 0.95-1.04 from
+    4096; causal, D = 64 (medians of 3 in one call) 0.90 / 0.94 / 0.98 / 1.04 against
+    0.88 / 0.91 / 0.91 / 0.94 at S = 2048 / 4096 / 8192 / 16,384; at S = 1024 the Triton
+    kernel keeps the call (0.85 against at best 0.78 in any launch).
 
     >>> pays(torch.empty(1, 16, 4096, 128))  # doctest: +SKIP
     True
@@ -670,7 +696,7 @@ def pays(q: Any, causal: bool = False) -> bool:
     d, s = q.shape[-1], q.shape[-2]
     if d == 128:
         return s >= 1024
-    return s >= (16384 if causal else 1024)
+    return s >= (2048 if causal else 1024)
 
 
 def forward(q: Any, k: Any, v: Any, *, causal: bool = False, scale: float | None = None,
@@ -702,7 +728,7 @@ def forward(q: Any, k: Any, v: Any, *, causal: bool = False, scale: float | None
     if why is not None:
         raise ValueError(f"the Gluon attention kernel needs {why}")
     b, h, s, d = q.shape
-    wg = warpgroups or _ws_warpgroups(d, s)
+    wg = warpgroups or _ws_warpgroups(d, s, bool(causal))
     if wg not in (2, 3, 4):
         raise ValueError(f"warpgroups={warpgroups} is not supported; use 2, 3 or 4")
     q, k, v = (t.contiguous() for t in (q, k, v))
