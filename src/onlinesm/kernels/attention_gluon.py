@@ -712,11 +712,10 @@ def forward(q: Any, k: Any, v: Any, *, causal: bool = False, scale: float | None
     warpgroup's P V left running through its own softmax: FlashAttention-3's intra-warpgroup
     overlap, on at D = 128) and ``warpgroups`` (consumers of 64 query rows: 2, or 3 with 128
     registers each, the launch at D = 64 from S = 2048, or 4 in key tiles of 64, the launch
-    below it unless 3 leave fewer rows past S: ``_ws_warpgroups``) and ``persistent`` (one
-    program per SM walking the query blocks, instead of one program per block; ``programs``
-    of them instead, for tests;
-    ``q_buffers=2``: the next block's Q loads during this one; 0-6% faster causal, not
-    shipped; ``dynamic``: persistent programs take the next block from a counter, as
+    below it unless 3 leave fewer rows past S, and causal below 8192: ``_ws_warpgroups``) and
+    ``persistent`` (one program per SM walking the query blocks, instead of one program per
+    block; ``programs`` of them instead, for tests; ``q_buffers=2``: the next block's Q loads
+    during this one; 0-6% faster causal, not shipped; ``dynamic``: persistent programs take the next block from a counter, as
     FlashAttention-3's tile scheduler, instead of every P-th) override the measured launch
     (for the bench's candidates: ``bench/gluon_attention.py --bench-ws``).
 
