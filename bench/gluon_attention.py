@@ -243,6 +243,8 @@ WS_CANDIDATES = (
     # two consumers in key tiles of 64: causal, the first warpgroup hands on the block's
     # last tile (past its diagonal), and each masks one tile
     (64, 64, 4, 168, False, 2),
+    # the same at D = 128 (four buffers of 64 keys take what three of 128 took)
+    (128, 64, 4, 168, True, 2),
 )
 #: How --bench-ws runs each launch, as (persistent, Q buffers, dynamic): one program per query
 #: block; persistent (one per SM walking blocks; causal: every head's longest blocks first,
