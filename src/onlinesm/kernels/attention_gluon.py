@@ -304,7 +304,8 @@ def _ws_consumer(smem, bars, ptrs, seq, n_blocks, n_work, WG: gl.constexpr,
     """One warpgroup's ROWS query rows (WG 0 .. NUM_WG - 1) of each of the program's blocks:
     the online softmax over every key tile, its matmuls issued in turn with the other
     warpgroups'. In a block of n_tiles key tiles each warpgroup takes n_tiles + 1 turns: tile
-    0's scores; tile j's scores with tile j - 1's P V; the last P V. The NUM_WG warpgroups
+    0's scores; tile j's scores with tile j - 1's P V; the last P V (causal: the turns of
+    tiles past its own diagonal are handed on without a matmul). The NUM_WG warpgroups
     take their turns round-robin, and the ring and the turns run on from block to block."""
     if PERSISTENT == _DYNAMIC:  # the blocks the load warp took from the counter
         q_smem, k_smem, v_smem, work_smem = smem
