@@ -374,10 +374,12 @@ def _ws_consume_block(work, g, it, smem, bars, ptrs, seq, n_blocks, n_work, WG: 
     # 64 never span two tiles of 64 or 128 keys), so it alone is masked. The block's later
     # tiles lie wholly past this warpgroup's diagonal: it hands their turns on without a
     # matmul (in a 256-row block of 64-key tiles, 3 / 2 / 1 / 0 turns of warpgroups 0-3).
-    # Without causal every warpgroup owns every tile and none is masked.
+    # Without causal every warpgroup owns every tile (the second loop below takes the last,
+    # unmasked); nor does any own fewer where the block fits in one key tile (two warpgroups
+    # in tiles of 128 keys: the launch at D = 128).
+    PASSES: gl.constexpr = CAUSAL and NUM_WG * ROWS > BLOCK_N
     n_own = n_tiles
-    N_DIAG: gl.constexpr = 1 if CAUSAL else 0
-    if CAUSAL:
+    if PASSES:
         n_own = gl.where(row0 < seq, gl.minimum(n_tiles, gl.cdiv(row0 + ROWS, BLOCK_N)), 1)
     offs_m = row0 + gl.arange(0, ROWS, layout=gl.SliceLayout(1, S_LAYOUT))
     l_i = gl.zeros([ROWS], gl.float32, gl.SliceLayout(1, S_LAYOUT))
@@ -396,12 +398,12 @@ def _ws_consume_block(work, g, it, smem, bars, ptrs, seq, n_blocks, n_work, WG: 
                                        CAUSAL, S_LAYOUT)
     p_op = gl.convert_layout(p.to(dtype), P_LAYOUT)
 
-    for j in range(1, n_own - N_DIAG):
+    for j in range(1, n_own - 1):
         p_op, acc, m_i, l_i = _ws_step(j, g + j, g + it + j, q, k_smem, v_smem, ready,
                                        empty, turn, p_op, acc, m_i, l_i, zeros_s, offs_m,
                                        qk_scale_log2, WG, NEXT, BLOCK_N, NUM_BUF, False,
                                        S_LAYOUT, O_LAYOUT, P_LAYOUT, PV_OVERLAP)
-    for j in range(gl.maximum(n_own - N_DIAG, 1), n_own):
+    for j in range(gl.maximum(n_own - 1, 1), n_own):
         p_op, acc, m_i, l_i = _ws_step(j, g + j, g + it + j, q, k_smem, v_smem, ready,
                                        empty, turn, p_op, acc, m_i, l_i, zeros_s, offs_m,
                                        qk_scale_log2, WG, NEXT, BLOCK_N, NUM_BUF, CAUSAL,
@@ -416,9 +418,9 @@ def _ws_consume_block(work, g, it, smem, bars, ptrs, seq, n_blocks, n_work, WG: 
     mbarrier.arrive(turn.index(NEXT), count=1)
     acc = warpgroup_mma_wait(0, deps=[acc])
     mbarrier.arrive(empty.index(b_last), count=1)
-    # Causal: the turns of the block's tiles past this warpgroup's diagonal, handed on.
-    for j in range(n_own, n_tiles):
-        _ws_pass_turn(g + j, g + it + j + 1, ready, empty, turn, WG, NEXT, NUM_BUF)
+    if PASSES:  # the turns of the block's tiles past this warpgroup's diagonal, handed on
+        for j in range(n_own, n_tiles):
+            _ws_pass_turn(g + j, g + it + j + 1, ready, empty, turn, WG, NEXT, NUM_BUF)
     o = acc / gl.convert_layout(l_i, gl.SliceLayout(1, O_LAYOUT))[:, None]
     o_rows = row0 + gl.arange(0, ROWS, layout=gl.SliceLayout(1, O_LAYOUT))
     o_cols = gl.arange(0, HEAD_D, layout=gl.SliceLayout(0, O_LAYOUT))
@@ -632,9 +634,7 @@ def _ws_dynamic(head_d: int, causal: bool, seq: int) -> bool:
     where a new program would start cold; at 16,384 1.02 against 1.04. At D = 64 in four
     warpgroups (``--dims 64 --candidates 8 --schedules 0,3``): 0.90 / 0.94 at S = 2048 /
     4096 against 0.84 / 0.91."""
-    if not causal:
-        return False
-    return seq < (16384 if head_d == 128 else 8192)
+    return causal and seq < (16384 if head_d == 128 else 8192)
 
 
 def _ws_block_n(head_d: int, warpgroups: int = 2) -> int:
@@ -716,9 +716,10 @@ def forward(q: Any, k: Any, v: Any, *, causal: bool = False, scale: float | None
     below it unless 3 leave fewer rows past S, and causal below 8192: ``_ws_warpgroups``) and
     ``persistent`` (one program per SM walking the query blocks, instead of one program per
     block; ``programs`` of them instead, for tests; ``q_buffers=2``: the next block's Q loads
-    during this one; 0-6% faster causal, not shipped; ``dynamic``: persistent programs take the next block from a counter, as
-    FlashAttention-3's tile scheduler, instead of every P-th) override the measured launch
-    (for the bench's candidates: ``bench/gluon_attention.py --bench-ws``).
+    during this one; 0-6% faster causal, not shipped; ``dynamic``: persistent programs take
+    the next block from a counter, as FlashAttention-3's tile scheduler, instead of every
+    P-th) override the measured launch (for the bench's candidates:
+    ``bench/gluon_attention.py --bench-ws``).
 
     >>> o = forward(q, k, v, causal=True)  # doctest: +SKIP
     """
