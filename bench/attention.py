@@ -17,6 +17,7 @@ Run (GPU)::
     python bench/attention.py --quick            # D=128, S in {1k, 4k}, bf16
     OUT=/tmp/res python bench/attention.py       # also writes bench_attention.{json,md}
     python bench/attention.py --tiles "64,64,3,4;128,64,2,8,128"   # also each pinned config
+    python bench/attention.py --medians out/run*/bench_attention.json  # x cuDNN, medians
 
 ``--tiles`` times each listed configuration (BLOCK_M,BLOCK_N,stages,warps[,maxnreg], the
 ``ONLINESM_ATTENTION_CONFIG`` format) beside the autotuned kernel, and reports the best: how
@@ -39,7 +40,7 @@ from typing import Any, Callable
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import markdown_table, time_ms, write_outputs  # noqa: E402
 
-__all__ = ["main", "run_bench", "flops"]
+__all__ = ["main", "run_bench", "flops", "medians_vs_cudnn"]
 
 TOKENS = 16 * 1024  # B * S
 MODEL_DIM = 2048  # H * D
@@ -223,6 +224,28 @@ def to_markdown(result: dict[str, Any]) -> str:
     ])
 
 
+def medians_vs_cudnn(runs: list[dict[str, Any]]) -> list[list[Any]]:
+    """Per (dtype, D, S, causal) of several runs' JSON (``run_bench``'s results): onlinesm's
+    median x cuDNN over the runs, and each run's, in order; peers move by a few percent from
+    run to run, so a kernel change is judged by medians (``bash bench/gpu_run.sh
+    attention_ab`` times a change beside the code before it, interleaved).
+
+    >>> run = dict(rows=[dict(dtype="bfloat16", D=64, S=1024, causal=True, onlinesm=90.0,
+    ...                       cudnn=100.0)])
+    >>> medians_vs_cudnn([run, run])
+    [['bfloat16', 64, 1024, 'yes', '0.90', '0.90 / 0.90']]
+    """
+    import statistics
+
+    ratios: dict[tuple[Any, ...], list[float]] = {}
+    for run in runs:
+        for r in run["rows"]:
+            key = (r["dtype"], r["D"], r["S"], "yes" if r["causal"] else "no")
+            ratios.setdefault(key, []).append(r["onlinesm"] / r["cudnn"])
+    return [[*key, f"{statistics.median(v):.2f}", " / ".join(f"{x:.2f}" for x in v)]
+            for key, v in ratios.items()]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dtypes", default="bfloat16,float16")
@@ -232,7 +255,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="bf16, D=128, S in {1k, 4k}")
     ap.add_argument("--tiles", default="", help="also time these pinned configs, ';'-separated "
                     "BLOCK_M,BLOCK_N,stages,warps[,maxnreg] (e.g. '64,64,3,4;128,64,2,8,128')")
+    ap.add_argument("--medians", nargs="+", metavar="JSON", help="print onlinesm's median x "
+                    "cuDNN over these runs' bench_attention.json, and exit (no GPU needed)")
     a = ap.parse_args(argv)
+    if a.medians:
+        import json
+
+        runs = [json.loads(Path(f).read_text()) for f in a.medians]
+        print(markdown_table(["dtype", "D", "S", "causal", "x cuDNN (median)", "each run"],
+                             medians_vs_cudnn(runs)))
+        return 0
     import torch
 
     if not torch.cuda.is_available():

@@ -29,6 +29,9 @@
 #         with `mkdir -p .xfer/base && git archive HEAD src strategies | tar -x -C .xfer/base`;
 #         untracked, so it travels with the tree), interleaved AB_RUNS times (3), then each
 #         tree's medians (AB_NS, AB_DTYPES; AB_ONLY: also the --tune candidates so named);
+#         attention_ab: the same for attention: bench/attention.py with ATTN_ARGS on this tree
+#         and each .xfer/<name>/, interleaved AB_RUNS times (3), then each tree's medians of
+#         x cuDNN (bench/attention.py --medians);
 #         sanitize: kernel tests under compute-sanitizer (SANITIZE_TESTS, SANITIZE_TOOL).
 # A run longer than one call's limit goes through bench/gpu_background.sh.
 # The machine has torch and triton but not onlinesm: it runs from src/ (with strategies/
@@ -144,6 +147,23 @@ for phase in "$@"; do
         echo "### $(basename "$d")"; python3 bench/medians.py --only "${AB_ONLY:-}" "$d"run*/softmax.json
       done | tee "$OUT/ab_medians.md"
       tar czf "$OUT/ab_logs.tgz" /tmp/ab_*.log /tmp/ab 2>/dev/null ;;
+    attention_ab)
+      trees="$X"
+      for d in "$X"/.xfer/*/src; do [ -d "$d" ] && trees="$trees $(dirname "$d")"; done
+      rm -rf /tmp/abattn
+      for i in $(seq 1 "${AB_RUNS:-3}"); do
+        for t in $trees; do
+          name=$(basename "$t"); [ "$t" = "$X" ] && name=this
+          link "$t"
+          PYTHONPATH=$t/src:/tmp/site OUT=/tmp/abattn/$name/run$i timeout "${AB_RUN_S:-150}" python3 bench/attention.py \
+            ${ATTN_ARGS:-} > "/tmp/abattn_${name}_$i.log" 2>&1
+          echo "== attention_ab $name run $i: rc=$? $((SECONDS - start)) s"
+        done
+      done
+      for d in /tmp/abattn/*/; do
+        echo "### $(basename "$d")"; python3 bench/attention.py --medians "$d"run*/bench_attention.json
+      done | tee "$OUT/attention_ab_medians.md"
+      tar czf "$OUT/attention_ab_logs.tgz" /tmp/abattn_*.log /tmp/abattn 2>/dev/null ;;
     gluon)
       # The tests first, with a short limit: a kernel that deadlocks (mbarrier phases) stops
       # the phase there instead of hanging the bench too.

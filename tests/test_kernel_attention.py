@@ -669,10 +669,16 @@ def test_gpu_use_gluon_runs_the_calls_it_covers(dtype: Any, causal: bool, d: int
         assert calls == [1]
         o_ref, _, o_tol, _ = _bounds(q * 8, k, v, dtype, causal=causal)
         assert np.all(np.abs(to_numpy(o).astype(np.float64) - o_ref) <= o_tol)
+        # A negative scale: the kernel takes the row max of the raw scores, so forward folds
+        # the sign into q.
+        o = attention(q * 8, k, v, causal=causal, scale=-0.05)
+        assert calls == [1, 1]
+        o_ref, _, o_tol, _ = _bounds(q * 8, k, v, dtype, scale=-0.05, causal=causal)
+        assert np.all(np.abs(to_numpy(o).astype(np.float64) - o_ref) <= o_tol)
         attention(q, k, v, causal=causal, return_lse=True)  # lse: the Triton kernel
         attention(q[..., :512, :], k[..., :512, :], v[..., :512, :])  # short: Triton's
         monkeypatch.setenv("ONLINESM_ATTENTION_CONFIG", "128,64,3,8")  # pinned Triton tiles
         attention(q, k, v, causal=causal)
-        assert calls == [1]
+        assert calls == [1, 1]
     finally:
         kernels.use_gluon(was_on)

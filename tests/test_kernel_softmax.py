@@ -1134,6 +1134,21 @@ def test_bench_medians_compare_candidates_by_medians_over_runs(tmp_path, capsys,
         medians.main()
 
 
+def test_bench_attention_medians_judge_a_kernel_by_its_median_against_cudnn(tmp_path, capsys):
+    # bench/attention.py --medians: onlinesm x cuDNN per configuration, the median of each
+    # run's own ratio (not a ratio of medians), and every run's in order.
+    import json
+
+    bench = _bench_module("attention")
+    row = dict(dtype="float16", D=64, S=2048, causal=True)
+    files = []
+    for i, (ours, cudnn) in enumerate(((90.0, 100.0), (99.0, 90.0), (95.0, 100.0))):
+        files.append(tmp_path / f"run{i}.json")
+        files[-1].write_text(json.dumps(dict(rows=[dict(row, onlinesm=ours, cudnn=cudnn)])))
+    assert bench.main(["--medians", *map(str, files)]) == 0
+    assert "| float16 | 64 | 2048 | yes | 0.95 | 0.90 / 1.10 / 0.95 |" in capsys.readouterr().out
+
+
 @pytest.mark.parametrize("n", [63, 1001, 5000, 20000, 22000], ids=str)
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
 def test_every_on_chip_tune_candidate_is_correct(dtype, n):
