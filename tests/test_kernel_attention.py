@@ -511,6 +511,12 @@ def test_the_gluon_kernel_says_why_a_call_is_not_its_own():
     assert "D of 64 or 128" in ag.fits(*(torch.zeros(1, 2, 128, 96, dtype=torch.bfloat16),) * 3)
     assert "CUDA" in ag.fits(q, q, q)
     assert "non-empty" in ag.fits(*(q[:0],) * 3)
+    # its row max is of the raw scores, scaled once: a scale flushed to 0 would turn a hidden
+    # key's -inf into NaN, so tiny scales (and 0) go to the Triton kernel; negative ones fold
+    # into q
+    assert "a scale of magnitude at least 1e-30 (got 0)" in ag.fits(q, q, q, scale=0.0)
+    assert "magnitude at least" in ag.fits(q, q, q, scale=-1e-31)
+    assert "magnitude at least" not in ag.fits(q, q, q, scale=-1e-29)  # "a CUDA device"
     # where it pays (measured on the H200): from S = 1024 (D = 128 causal too), D = 64
     # causal from 16k
     assert ag.pays(torch.zeros(1, 1, 1024, 128)) and not ag.pays(torch.zeros(1, 1, 512, 128))
@@ -595,7 +601,8 @@ def test_gluon_takes_what_it_covers_and_pays_on_and_nothing_while_tiles_are_pinn
     module = sys.modules["onlinesm.kernels.attention"]
     stub = types.SimpleNamespace(
         pays=lambda q, causal: causal,
-        fits=lambda q, k, v, mask, return_lse: None if mask is None else "no mask (got one)")
+        fits=lambda q, k, v, mask, return_lse, scale: (
+            "no mask (got one)" if mask is not None else "a scale" if scale == 0 else None))
     monkeypatch.setattr(module, "_gluon_module", lambda: stub)
     monkeypatch.setattr(module, "_gluon_on", True)
     monkeypatch.setattr(module, "INTERPRETED", False)
@@ -605,6 +612,7 @@ def test_gluon_takes_what_it_covers_and_pays_on_and_nothing_while_tiles_are_pinn
     assert kernels.gluon_takes(q, q, q, causal=True)  # the package's name for it
     assert not module.gluon_takes(q, q, q)  # it does not pay
     assert not module.gluon_takes(q, q, q, causal=True, mask=torch.ones(128, 128, dtype=bool))
+    assert not kernels.gluon_takes(q, q, q, causal=True, scale=0.0)  # the scale reaches fits
     monkeypatch.setenv("ONLINESM_ATTENTION_CONFIG", "128,64,3,8")  # Triton tiles pinned
     assert not module.gluon_takes(q, q, q, causal=True)
     monkeypatch.delenv("ONLINESM_ATTENTION_CONFIG")
@@ -676,6 +684,7 @@ def test_gpu_use_gluon_runs_the_calls_it_covers(dtype: Any, causal: bool, d: int
         o_ref, _, o_tol, _ = _bounds(q * 8, k, v, dtype, scale=-0.05, causal=causal)
         assert np.all(np.abs(to_numpy(o).astype(np.float64) - o_ref) <= o_tol)
         attention(q, k, v, causal=causal, return_lse=True)  # lse: the Triton kernel
+        attention(q, k, v, causal=causal, scale=0.0)  # a scale of 0: the Triton kernel
         attention(q[..., :512, :], k[..., :512, :], v[..., :512, :])  # short: Triton's
         monkeypatch.setenv("ONLINESM_ATTENTION_CONFIG", "128,64,3,8")  # pinned Triton tiles
         attention(q, k, v, causal=causal)

@@ -161,7 +161,7 @@ def use_gluon(on: bool = True) -> bool:
 
 
 def gluon_takes(q: Any, k: Any, v: Any, *, mask: Any = None, causal: bool = False,
-                return_lse: bool = False) -> bool:
+                return_lse: bool = False, scale: float | None = None) -> bool:
     """Whether ``attention(q, k, v, ...)`` runs on the Gluon kernel for Hopper (see
     :func:`use_gluon`) or on the Triton kernel.
 
@@ -169,7 +169,7 @@ def gluon_takes(q: Any, k: Any, v: Any, *, mask: Any = None, causal: bool = Fals
     True
     """
     return _kernel_module("attention").gluon_takes(q, k, v, mask=mask, causal=causal,
-                                                   return_lse=return_lse)
+                                                   return_lse=return_lse, scale=scale)
 
 
 def __getattr__(name: str) -> Any:

@@ -170,7 +170,7 @@ def _gluon_module() -> Any:
 
 
 def gluon_takes(q: Any, k: Any, v: Any, *, mask: Any = None, causal: bool = False,
-                return_lse: bool = False) -> bool:
+                return_lse: bool = False, scale: float | None = None) -> bool:
     """Whether :func:`attention` runs this call on the Gluon kernel: it is on, the compiled
     path runs (not the interpreter), no Triton tile config is pinned, and the kernel covers
     the call (``attention_gluon.fits``) and is the faster one there (``attention_gluon.pays``).
@@ -182,7 +182,7 @@ def gluon_takes(q: Any, k: Any, v: Any, *, mask: Any = None, causal: bool = Fals
         return False
     gluon = _gluon_module()
     return (gluon is not None and gluon.pays(q, causal)
-            and gluon.fits(q, k, v, mask=mask, return_lse=return_lse) is None)
+            and gluon.fits(q, k, v, mask=mask, return_lse=return_lse, scale=scale) is None)
 
 
 def _gluon_forward(q: Any, k: Any, v: Any, causal: bool, scale: float) -> Any:
@@ -724,7 +724,7 @@ def attention(
         raise ValueError(f"scale={scale} is not finite; pass a finite float (default 1/sqrt(D))")
 
     # The Gluon kernel where it covers the call and pays, unless a Triton tile config is pinned.
-    if gluon_takes(q, k, v, mask=mask, causal=causal, return_lse=return_lse):
+    if gluon_takes(q, k, v, mask=mask, causal=causal, return_lse=return_lse, scale=scale):
         o = _gluon_forward(q, k, v, causal, scale)
         if o is not None:
             return o

@@ -64,25 +64,23 @@ _DYNAMIC = gl.constexpr(2)
 
 @gluon.jit
 def _softmax_tile(s, m_i, l_i, j, offs_m, qk_scale_log2,
-                  BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr, S_LAYOUT: gl.constexpr):
+                  BLOCK_N: gl.constexpr, MASK: gl.constexpr, S_LAYOUT: gl.constexpr):
     """One step of the online softmax on the score tile s of key tile j: (p, alpha, m, l).
-    qk_scale_log2 is positive (``forward`` folds a negative scale's sign into q)."""
-    if CAUSAL:  # key n visible to query m when n <= m (Sq == Sk: both alignments agree)
-        s = s * qk_scale_log2  # the scale folded into log2(e): exp(x * scale) = exp2(s)
+    qk_scale_log2 is a normal positive float (``forward`` folds a negative scale's sign into
+    q; ``fits`` leaves scales below 1e-30 in magnitude to the Triton kernel)."""
+    if MASK:  # causal: key n visible to query m when n <= m (Sq == Sk: both alignments agree)
         offs_n = j * BLOCK_N + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, S_LAYOUT))
         s = gl.where(offs_n[None, :] <= offs_m[:, None], s, -float("inf"))
-        # Every row sees key 0 in tile 0, so m is finite from the first tile on, and
-        # alpha = exp2(-inf - m) = 0 there: no exp(-inf - -inf).
-        m_new = gl.maximum(m_i, gl.max(s, axis=1))
-        p = gl.exp2(s - m_new[:, None])
-    else:
-        # Unmasked (every tile without causal, and the tiles before a causal diagonal): the
-        # row max of the raw scores, scaled once per row. max(s) * c == max(s * c) exactly
-        # for c > 0 (rounding is monotone), and the scale then rides in p's FMA, s * c - m:
-        # one multiply per score fewer (the SM's softmax, not its tensor cores, is the
-        # bound at D = 64: 240 instructions per thread and tile where there were 272).
-        m_new = gl.maximum(m_i, gl.max(s, axis=1) * qk_scale_log2)
-        p = gl.exp2(s * qk_scale_log2 - m_new[:, None])
+    # The row max of the raw scores, scaled once per row: max(s) * c == max(s * c) exactly
+    # for c > 0 (rounding is monotone), and the scale then rides in p's FMA, s * c - m (c:
+    # the scale folded into log2(e), exp(x * scale) = exp2(x * c)). One multiply per score
+    # fewer: at D = 64 the SM's softmax, not its tensor cores, is the bound (242 SASS
+    # instructions per thread and key tile where there were 272).
+    # Every row sees key 0 in tile 0, so m is finite from the first tile on, and
+    # alpha = exp2(-inf - m) = 0 there: no exp(-inf - -inf); a hidden key's -inf * c = -inf
+    # makes its p exactly 0.
+    m_new = gl.maximum(m_i, gl.max(s, axis=1) * qk_scale_log2)
+    p = gl.exp2(s * qk_scale_log2 - m_new[:, None])
     alpha = gl.exp2(m_i - m_new)  # rescales what was summed under the old max
     l_i = l_i * alpha + gl.sum(p, axis=1)
     return p, alpha, m_new, l_i
@@ -403,8 +401,12 @@ def _ws_consume_block(work, g, it, smem, bars, ptrs, seq, n_blocks, n_work, WG: 
     mbarrier.arrive(turn.index(NEXT), count=1)  # the next warpgroup's turn
     s = warpgroup_mma_wait(0, deps=[s])
     m_i = gl.full([ROWS], -float("inf"), gl.float32, gl.SliceLayout(1, S_LAYOUT))
-    p, alpha, m_i, l_i = _softmax_tile(s, m_i, l_i, 0, offs_m, qk_scale_log2, BLOCK_N,
-                                       CAUSAL, S_LAYOUT)
+    if CAUSAL and row0 < BLOCK_N:  # tile 0 meets this warpgroup's diagonal: masked
+        p, alpha, m_i, l_i = _softmax_tile(s, m_i, l_i, 0, offs_m, qk_scale_log2, BLOCK_N,
+                                           True, S_LAYOUT)
+    else:  # every key of tile 0 lies before this warpgroup's first row
+        p, alpha, m_i, l_i = _softmax_tile(s, m_i, l_i, 0, offs_m, qk_scale_log2, BLOCK_N,
+                                           False, S_LAYOUT)
     p_op = gl.convert_layout(p.to(dtype), P_LAYOUT)
 
     for j in range(1, n_own - 1):
@@ -659,7 +661,13 @@ def _ws_num_buf(warpgroups: int) -> int:
     return 4 if warpgroups == 4 else WS_NUM_BUF
 
 
-def fits(q: Any, k: Any, v: Any, *, mask: Any = None, return_lse: bool = False) -> str | None:
+#: The smallest |scale| the kernel takes: its scores' scale, folded into log2(e), must stay a
+#: normal float (flushed to 0, a hidden key's -inf * 0 would be NaN).
+MIN_SCALE = 1e-30
+
+
+def fits(q: Any, k: Any, v: Any, *, mask: Any = None, return_lse: bool = False,
+         scale: float | None = None) -> str | None:
     """None when this kernel covers the call, else what rules it out (one line).
 
     >>> fits(q, k, v, mask=m)  # doctest: +SKIP
@@ -669,6 +677,8 @@ def fits(q: Any, k: Any, v: Any, *, mask: Any = None, return_lse: bool = False) 
 
     if mask is not None:
         return "no mask (got one)"
+    if scale is not None and not abs(scale) >= MIN_SCALE:
+        return f"a scale of magnitude at least {MIN_SCALE:g} (got {scale:g})"
     if return_lse:
         return "no logsumexp output (return_lse=True)"
     if q.dtype not in (torch.bfloat16, torch.float16) or not (q.dtype == k.dtype == v.dtype):
@@ -734,7 +744,7 @@ def forward(q: Any, k: Any, v: Any, *, causal: bool = False, scale: float | None
     """
     import torch
 
-    why = fits(q, k, v)
+    why = fits(q, k, v, scale=scale)
     if why is not None:
         raise ValueError(f"the Gluon attention kernel needs {why}")
     b, h, s, d = q.shape
