@@ -9,6 +9,7 @@ kernel and its peers are measured the same way, in the same process, on the same
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import re
@@ -68,9 +69,10 @@ def write_outputs(stem: str, data: Any, markdown: str) -> None:
 def ptxas_sm90(compiled: Any, sass: bool = False) -> dict[str, Any]:
     """What ``ptxas -v`` says of a kernel compiled for sm_90 (``triton.compile`` with
     ``GPUTarget("cuda", 90, 128)``, no GPU needed): ``{"registers", "spill_bytes", "shared",
-    "sass_instructions", "report"}`` (spill_bytes: spill stores; sass_instructions: with
-    ``sass``, see _sass_instructions, else None (it costs a second per kernel); report:
-    ptxas's whole output, warnings included)."""
+    "sass_instructions", "softmax_blocks", "report"}`` (spill_bytes: spill stores;
+    sass_instructions and softmax_blocks: with ``sass``, see _sass_instructions and
+    sass_softmax_blocks, else None (it costs a second per kernel), and None where nvdisasm is
+    not beside ptxas; report: ptxas's whole output, warnings included)."""
     from triton.backends.nvidia.compiler import get_ptxas
 
     ptxas = get_ptxas(90).path
@@ -83,22 +85,54 @@ def ptxas_sm90(compiled: Any, sass: bool = False) -> dict[str, Any]:
         report = out.stdout + out.stderr
         if out.returncode != 0:
             raise RuntimeError(f"ptxas failed: {report.strip()[-300:]}")
-        count = (_sass_instructions(os.path.join(os.path.dirname(ptxas), "nvdisasm"), cubin)
-                 if sass else None)
+        text = (_disassemble(os.path.join(os.path.dirname(ptxas), "nvdisasm"), cubin)
+                if sass else None)
     registers = re.search(r"Used (\d+) registers", report)
     spills = re.search(r"(\d+) bytes spill stores", report)
     return dict(registers=int(registers.group(1)) if registers else None,
                 spill_bytes=int(spills.group(1)) if spills else 0,
                 shared=int(getattr(compiled.metadata, "shared", 0)),
-                sass_instructions=count, report=report)
+                sass_instructions=_sass_instructions(text) if text is not None else None,
+                softmax_blocks=sass_softmax_blocks(text) if text is not None else None,
+                report=report)
 
 
-def _sass_instructions(nvdisasm: str, cubin: str) -> int | None:
-    """The SASS instructions in ``cubin`` (nvdisasm's lines with an address), a rough measure
-    of a latency-bound kernel's work per row; None where nvdisasm is not beside ptxas."""
+def _disassemble(nvdisasm: str, cubin: str) -> str | None:
+    """nvdisasm's text of ``cubin``; None where nvdisasm is not beside ptxas or fails."""
     if not os.path.exists(nvdisasm):
         return None
     out = subprocess.run([nvdisasm, "-c", cubin], capture_output=True, text=True)
-    if out.returncode != 0:
-        return None
-    return len(re.findall(r"/\*[0-9a-f]{4,}\*/", out.stdout))  # addresses: 4 hex digits or more
+    return out.stdout if out.returncode == 0 else None
+
+
+def _sass_instructions(text: str) -> int:
+    """The SASS instructions in nvdisasm's ``text`` (its lines with an address), a rough
+    measure of a latency-bound kernel's work per row."""
+    return len(re.findall(r"/\*[0-9a-f]{4,}\*/", text))  # addresses: 4 hex digits or more
+
+
+def sass_softmax_blocks(text: str, min_exp2: int = 16) -> list[dict[str, Any]]:
+    """The basic blocks of nvdisasm's ``text`` that issue wgmma (``HGMMA``) and at least
+    ``min_exp2`` exp2 (``MUFU``): an attention kernel's turns, each one key tile's matmuls
+    and softmax; per block ``{"label", "instructions", "ops"}`` (ops: opcode, without its
+    modifiers, -> count), each instruction issued once per thread and key tile. At D = 64
+    these counts beside the tile's tensor cycles are what bounds the softmax.
+
+    >>> text = ".L_x_1:\\n /*0010*/ HGMMA.64x64x16.F32 R0, gdesc[UR4], R0 ;\\n" + (
+    ...     " /*0020*/ MUFU.EX2 R1, R1 ;\\n" * 16) + " /*0030*/ @P0 FFMA R2, R2, R3, R4 ;\\n"
+    >>> sass_softmax_blocks(text)
+    [{'label': '.L_x_1', 'instructions': 18, 'ops': {'MUFU': 16, 'HGMMA': 1, 'FFMA': 1}}]
+    """
+    blocks: list[tuple[str, list[str]]] = []
+    for line in text.splitlines():
+        label = re.match(r"^(\.L_x_\d+):", line)
+        if label:
+            blocks.append((label.group(1), []))
+            continue
+        op = re.search(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)", line)
+        if op and blocks:
+            blocks[-1][1].append(op.group(1))
+    return [dict(label=label, instructions=len(ops),
+                 ops=dict(collections.Counter(ops).most_common()))
+            for label, ops in blocks
+            if "HGMMA" in ops and ops.count("MUFU") >= min_exp2]

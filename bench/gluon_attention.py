@@ -17,6 +17,7 @@ the H200 (reports/h200/bench_attention.md):
 
     python bench/gluon_attention.py --bench              # vs SDPA cuDNN / flash and onlinesm
     python bench/gluon_attention.py --offline [--ws]     # sm_90a compile: registers, spills
+    python bench/gluon_attention.py --offline --ws --sass   # + each turn's SASS by opcode
     python bench/gluon_attention.py --bench-ws           # the ws kernel's launch candidates
     onlinesm check bench/gluon_attention.py:attention_ws --op attention --dtypes \
         bfloat16,float16 --head-dims 64,128 --seq-multiple 128 --same-seq --no-mask \
@@ -259,9 +260,12 @@ def compile_offline(head_d: int, causal: bool, block_n: int | None = None,
                     overlap_pv: bool | None = None, ws: bool = False, num_buf: int | None = None,
                     maxnreg: int | None = None, warpgroups: int | None = None,
                     persistent: bool | None = None, q_buffers: int = 1,
-                    dynamic: bool | None = None, seq: int = 4096) -> dict[str, Any]:
+                    dynamic: bool | None = None, seq: int = 4096,
+                    sass: bool = False) -> dict[str, Any]:
     """Compile for sm_90a without a GPU; ``{"registers", "spill_bytes", "shared",
-    "serialized"}`` from ``ptxas -v`` (serialized: ptxas's C7514, wgmma run one by one).
+    "serialized"}`` from ``ptxas -v`` (serialized: ptxas's C7514, wgmma run one by one), and
+    with ``sass`` ``"turns"``: the SASS of each turn's block, matmuls and one key tile's
+    softmax (``_common.sass_softmax_blocks``: instructions per thread and tile, by opcode).
     ``ws``: the warp-specialized kernel (``num_buf``, ``maxnreg`` and ``overlap_pv``, its
     ``pv_overlap``: as its ``forward``, None the shipped launch's; ``warpgroups``: its
     consumers, 2, 3 or 4, and ``persistent`` and ``dynamic``: None the shipped launch's at
@@ -296,7 +300,7 @@ def compile_offline(head_d: int, causal: bool, block_n: int | None = None,
              for n in names if n.endswith("_ptr") or n == "seq"}
     compiled = triton.compile(GluonASTSource(fn, signature, constexprs=const, attrs=attrs),
                               target=GPUTarget("cuda", 90, 128), options=options)
-    r = ptxas_sm90(compiled)
+    r = ptxas_sm90(compiled, sass)
     return dict(head_d=head_d, causal=causal, block_n=const["BLOCK_N"],
                 num_buf=const["NUM_BUF"], maxnreg=options.get("maxnreg"),
                 warpgroups=const.get("NUM_WG", 2), persistent=bool(const.get("PERSISTENT")),
@@ -304,7 +308,8 @@ def compile_offline(head_d: int, causal: bool, block_n: int | None = None,
                 q_buffers=const.get("Q_BUFS", 1),
                 pv_overlap=bool(const.get("PV_OVERLAP", const.get("OVERLAP_PV"))),
                 registers=r["registers"], spill_bytes=r["spill_bytes"], shared=r["shared"],
-                serialized="C7514" in r["report"])
+                serialized="C7514" in r["report"],
+                **({"turns": r["softmax_blocks"]} if sass else {}))
 
 
 def _bench(seqs: list[int], dims: list[int]) -> None:
@@ -417,9 +422,11 @@ def _pick(ap: argparse.ArgumentParser, flag: str, text: str | None, name: str,
 
 def _print_compiled(r: dict[str, Any], label: str, as_json: bool) -> None:
     """One line of --offline's output: ``compile_offline``'s result, as JSON or as text."""
+    turns = "".join(f"\n  turn {t['label']}: {t['instructions']} SASS instructions per thread "
+                    f"and key tile, {t['ops']}" for t in r.get("turns") or ())
     print(json.dumps(r) if as_json else
           f"{label}: {r['registers']} registers, {r['spill_bytes']} bytes spilled, "
-          f"{r['shared']:,} B shared, wgmma serialised: {r['serialized']}", flush=True)
+          f"{r['shared']:,} B shared, wgmma serialised: {r['serialized']}{turns}", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -431,6 +438,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="with --offline: P V left in flight across iterations (FA3's order)")
     ap.add_argument("--ws", action="store_true",
                     help="with --offline: the warp-specialized kernel")
+    ap.add_argument("--sass", action="store_true",
+                    help="with --offline --ws: each turn's SASS instructions per thread and "
+                         "key tile, by opcode (nvdisasm)")
     ap.add_argument("--ws-candidates", action="store_true",
                     help="with --offline: the warp-specialized kernel's WS_CANDIDATES")
     ap.add_argument("--bench", action="store_true", help="time it on the GPU (needs CUDA)")
@@ -462,7 +472,8 @@ def main(argv: list[str] | None = None) -> int:
         for d in dims:
             for causal in (False, True):
                 r = compile_offline(d, causal, overlap_pv=args.overlap_pv or None, ws=args.ws,
-                                    dynamic=True if args.dynamic else None)
+                                    dynamic=True if args.dynamic else None,
+                                    sass=args.sass and args.ws)
                 _print_compiled(r, f"{'ws ' if args.ws else ''}D={d} causal={causal} "
                                    f"BLOCK_N={r['block_n']}", args.json)
     if args.bench:

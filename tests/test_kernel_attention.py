@@ -352,8 +352,16 @@ def test_the_gluon_bench_refuses_a_launch_position_past_its_table_in_one_line(fl
 def test_the_gluon_candidate_compiles_without_spills_or_serialised_wgmma():
     rows = _gluon_offline()
     assert len(rows) == 4  # D = 64 and 128, causal and not
-    ws = _gluon_offline("--ws")  # warp-specialized: 12 warps at 168 registers fill the SM
+    ws = _gluon_offline("--ws", "--sass")  # warp-specialized: 12 warps at 168 registers fill the SM
     assert len(ws) == 4
+    # The softmax multiplies no score by the scale: the row max is of the raw scores and the
+    # scale rides in p's FMA, so a turn's FMULs are the rescale of o (D / 2 per thread: 64
+    # rows x D over 128 threads) and two per row pair, and each score costs one FFMA.
+    for r in ws:
+        assert r["turns"], r
+        for t in r["turns"]:
+            assert t["ops"].get("FMUL", 0) <= r["head_d"] // 2 + 2, (r["head_d"], r["causal"], t)
+            assert t["ops"]["FFMA"] >= t["ops"]["MUFU"] - 2, (r["head_d"], r["causal"], t)
     # the shipped launches (at S = 4096): D = 64 in 3 consumers, causal in 4 with key tiles
     # of 64; persistent without causal, and causal with its blocks from the counter
     assert [(r["head_d"], r["causal"], r["warpgroups"], r["block_n"]) for r in ws] == [
