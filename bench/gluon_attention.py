@@ -6,9 +6,9 @@ the H200 (reports/h200/bench_attention.md):
 * ``attention(..., ws=True)`` / ``attention_ws``: the warp-specialized kernel of
   ``onlinesm.kernels.attention_gluon`` (a TMA producer warp, two or three consumer
   warpgroups taking turns at the tensor cores, persistent without causal, and causal at
-  D = 128 below 16k with blocks taken from a counter): 0.92-1.04 of cuDNN at D = 128,
-  S >= 4096 (medians of 3), 0.83-0.91 causal at 1024-2048, 0.98-1.09 at D = 64 from 2048
-  (16k causal), run by ``onlinesm.kernels.attention`` there (``ONLINESM_ATTENTION_GLUON=0``
+  D = 128 below 16k with blocks taken from a counter): 0.97-1.10 of cuDNN at D = 128,
+  S >= 4096 (medians of 2-4), 0.81-0.94 causal at 1024-2048, 0.99-1.11 at D = 64 from 2048
+  (4k causal), run by ``onlinesm.kernels.attention`` there (``ONLINESM_ATTENTION_GLUON=0``
   turns it off).
 * ``attention(...)``: one partition of two warpgroups (8 warps) owning 128 query rows, the
   next tile's Q K^T issued before this tile's softmax (FlashAttention-3's intra-warpgroup
