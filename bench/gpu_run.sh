@@ -42,6 +42,23 @@ X=$(pwd)
 OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 link() { [ -e "$1/src/onlinesm/strategies" ] || ln -s "$1/strategies" "$1/src/onlinesm/strategies"; }
+# ab_runs ROOT LIMIT COMMAND...: COMMAND (a bench writing into $OUT) on this tree and on each
+# .xfer/<name>/ in turn, AB_RUNS times (3), each under LIMIT seconds, into ROOT/<tree>/run<i>
+# (the tree of the call is "this"); its output in ROOT_<tree>_<i>.log.
+ab_runs() {
+  local root=$1 limit=$2 trees="$X" d t name i
+  shift 2
+  for d in "$X"/.xfer/*/src; do [ -d "$d" ] && trees="$trees $(dirname "$d")"; done
+  rm -rf "$root"
+  for i in $(seq 1 "${AB_RUNS:-3}"); do
+    for t in $trees; do
+      name=$(basename "$t"); [ "$t" = "$X" ] && name=this
+      link "$t"
+      PYTHONPATH=$t/src:/tmp/site OUT=$root/$name/run$i timeout "$limit" "$@" > "${root}_${name}_$i.log" 2>&1
+      echo "== $(basename "$root") $name run $i: rc=$? $((SECONDS - start)) s"
+    done
+  done
+}
 link "$X"
 if ls .whl/*.whl >/dev/null 2>&1; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
@@ -129,37 +146,15 @@ for phase in "$@"; do
       echo "== compute-sanitizer ${SANITIZE_TOOL:-memcheck}: rc=$? $((SECONDS - start)) s"
       grep -a -E "ERROR SUMMARY|passed|failed|Invalid|Race" "$OUT/sanitize_${SANITIZE_TOOL:-memcheck}.log" | head -12 ;;
     ab)
-      trees="$X"
-      for d in "$X"/.xfer/*/src; do [ -d "$d" ] && trees="$trees $(dirname "$d")"; done
       tune=(); [ -n "${AB_ONLY:-}" ] && tune=(--tune --only "$AB_ONLY")
-      rm -rf /tmp/ab
-      for i in $(seq 1 "${AB_RUNS:-3}"); do
-        for t in $trees; do
-          name=$(basename "$t"); [ "$t" = "$X" ] && name=this
-          link "$t"
-          PYTHONPATH=$t/src:/tmp/site OUT=/tmp/ab/$name/run$i timeout "${AB_RUN_S:-120}" python3 bench/softmax.py \
-            ${tune[@]+"${tune[@]}"} --dtypes "${AB_DTYPES:-bfloat16}" --gb 0.5 --ns "${AB_NS:-12289,50257}" \
-            > "/tmp/ab_${name}_$i.log" 2>&1
-          echo "== ab $name run $i: rc=$? $((SECONDS - start)) s"
-        done
-      done
+      ab_runs /tmp/ab "${AB_RUN_S:-120}" python3 bench/softmax.py ${tune[@]+"${tune[@]}"} \
+        --dtypes "${AB_DTYPES:-bfloat16}" --gb 0.5 --ns "${AB_NS:-12289,50257}"
       for d in /tmp/ab/*/; do
         echo "### $(basename "$d")"; python3 bench/medians.py --only "${AB_ONLY:-}" "$d"run*/softmax.json
       done | tee "$OUT/ab_medians.md"
       tar czf "$OUT/ab_logs.tgz" /tmp/ab_*.log /tmp/ab 2>/dev/null ;;
     attention_ab)
-      trees="$X"
-      for d in "$X"/.xfer/*/src; do [ -d "$d" ] && trees="$trees $(dirname "$d")"; done
-      rm -rf /tmp/abattn
-      for i in $(seq 1 "${AB_RUNS:-3}"); do
-        for t in $trees; do
-          name=$(basename "$t"); [ "$t" = "$X" ] && name=this
-          link "$t"
-          PYTHONPATH=$t/src:/tmp/site OUT=/tmp/abattn/$name/run$i timeout "${AB_RUN_S:-150}" python3 bench/attention.py \
-            ${ATTN_ARGS:-} > "/tmp/abattn_${name}_$i.log" 2>&1
-          echo "== attention_ab $name run $i: rc=$? $((SECONDS - start)) s"
-        done
-      done
+      ab_runs /tmp/abattn "${AB_RUN_S:-150}" python3 bench/attention.py ${ATTN_ARGS:-}
       for d in /tmp/abattn/*/; do
         echo "### $(basename "$d")"; python3 bench/attention.py --medians "$d"run*/bench_attention.json
       done | tee "$OUT/attention_ab_medians.md"
