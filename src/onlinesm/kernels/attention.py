@@ -267,7 +267,12 @@ def _kv_loop(
         # Loads. The unmasked phase only visits tiles wholly inside [0, Sk), so its loads need
         # no bounds check at all (unless D was padded up to a power of two).
         if MASKED:
-            kv_ok = (offs_n[:, None] < Sk) & (offs_d[None, :] < D)
+            # Only the rows past Sk are masked where D fills the tile (EVEN_D): a mask that
+            # is constant along D keeps each row's loads 16-byte vectors (a per-element mask
+            # split them into 2-byte loads).
+            kv_ok = offs_n[:, None] < Sk
+            if not EVEN_D:
+                kv_ok = kv_ok & (offs_d[None, :] < D)
             k = tl.load(k_ptrs, mask=kv_ok, other=0.0)
         elif EVEN_D:
             k = tl.load(k_ptrs)
@@ -284,9 +289,14 @@ def _kv_loop(
         if MASKED or HAS_MASK:
             # Invisible keys get score -inf, so exp2 makes their p exactly 0.
             s = qk * qk_scale
-            visible = offs_n[None, :] < Sk
+            # Each row's last visible column of this tile, a per-row scalar, so that each
+            # score costs one compare (a 2-D compare of key n against query m had the
+            # compiler pack its bits through integer registers).
             if CAUSAL:
-                visible = visible & (offs_n[None, :] <= offs_m[:, None] + causal_offset)
+                last = tl.minimum(offs_m + causal_offset, Sk - 1) - start_n
+            else:
+                last = tl.zeros_like(offs_m) + (Sk - 1 - start_n)
+            visible = offs_n0[None, :] <= last[:, None]
             if HAS_MASK:
                 m_ptrs = mask_base + offs_m[:, None] * stride_mm + offs_n[None, :] * stride_mn
                 m_ok = (offs_m[:, None] < Sq) & (offs_n[None, :] < Sk)
