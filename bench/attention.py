@@ -18,6 +18,7 @@ Run (GPU)::
     OUT=/tmp/res python bench/attention.py       # also writes bench_attention.{json,md}
     python bench/attention.py --tiles "64,64,3,4;128,64,2,8,128"   # also each pinned config
     python bench/attention.py --medians out/run*/bench_attention.json  # x cuDNN, medians
+    python bench/attention.py --sass 64,64,3,4 --dims 64     # no GPU: each tile's SASS by opcode
 
 ``--tiles`` times each listed configuration (BLOCK_M,BLOCK_N,stages,warps[,maxnreg], the
 ``ONLINESM_ATTENTION_CONFIG`` format) beside the autotuned kernel, and reports the best: how
@@ -30,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import json
 import math
 import os
 import platform
@@ -40,7 +42,7 @@ from typing import Any, Callable
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import markdown_table, time_ms, write_outputs  # noqa: E402
 
-__all__ = ["main", "run_bench", "flops", "medians_vs_cudnn"]
+__all__ = ["main", "run_bench", "flops", "medians_vs_cudnn", "tile_sass"]
 
 TOKENS = 16 * 1024  # B * S
 MODEL_DIM = 2048  # H * D
@@ -246,6 +248,38 @@ def medians_vs_cudnn(runs: list[dict[str, Any]]) -> list[list[Any]]:
             for key, v in ratios.items()]
 
 
+def tile_sass(d: int, causal: bool, config: str = "64,64,3,4") -> dict[str, Any]:
+    """The Triton kernel compiled for sm_90a without a GPU (bf16, D = d, 16-byte aligned, a
+    ``BLOCK_M,BLOCK_N,stages,warps`` config): ``{"registers", "spill_bytes", "tiles"}``, tiles
+    the SASS of each key tile's loop body (``_common.sass_softmax_blocks``: instructions per
+    thread and tile by opcode; the unmasked tiles' loop, then the masked one's: the causal
+    diagonal and the tail past the last whole tile)."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    import importlib
+
+    from _common import ptxas_sm90
+
+    bm, bn, stages, warps = (int(x) for x in config.split(","))
+    fn = importlib.import_module("onlinesm.kernels.attention")._attn_fwd_specialised
+    const = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_D=d, CAUSAL=causal, HAS_MASK=False, EVEN_D=True,
+                 SCALE_POSITIVE=True, ALIGNED=True, INTERPRET=False, DOT_PRECISION="tf32")
+    names = list(fn.arg_names)
+    types = dict(Q="*bf16", K="*bf16", V="*bf16", Out="*bf16", Mask="*i8", Lse="*fp32",
+                 qk_scale="fp32", return_lse="i1")
+    signature = {n: "constexpr" if n in const else types.get(n, "i32") for n in names}
+    attrs = {(names.index(n),): [["tt.divisibility", 16]]
+             for n in ("Q", "K", "V", "Mask", "Out", "Lse")}
+    compiled = triton.compile(ASTSource(fn, signature, constexprs=const, attrs=attrs),
+                              target=GPUTarget("cuda", 90, 128),
+                              options=dict(num_warps=warps, num_stages=stages))
+    r = ptxas_sm90(compiled, sass=True)
+    return dict(registers=r["registers"], spill_bytes=r["spill_bytes"],
+                tiles=r["softmax_blocks"])
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dtypes", default="bfloat16,float16")
@@ -257,10 +291,25 @@ def main(argv: list[str] | None = None) -> int:
                     "BLOCK_M,BLOCK_N,stages,warps[,maxnreg] (e.g. '64,64,3,4;128,64,2,8,128')")
     ap.add_argument("--medians", nargs="+", metavar="JSON", help="print onlinesm's median x "
                     "cuDNN over these runs' bench_attention.json, and exit (no GPU needed)")
+    ap.add_argument("--sass", metavar="CONFIG", help="compile the Triton kernel for sm_90a in "
+                    "this BLOCK_M,BLOCK_N,stages,warps config (bf16, each of --dims, causal or "
+                    "not), print each key tile's SASS by opcode, and exit (no GPU needed)")
+    ap.add_argument("--json", action="store_true", help="with --sass: one JSON line each")
     a = ap.parse_args(argv)
+    if a.sass:
+        for d in (int(x) for x in a.dims.split(",")):
+            for causal in (False, True):
+                r = tile_sass(d, causal, a.sass)
+                if a.json:
+                    print(json.dumps(dict(r, head_d=d, causal=causal)), flush=True)
+                    continue
+                print(f"D = {d}, causal {causal}: {r['registers']} registers, "
+                      f"{r['spill_bytes']} bytes spilled")
+                for t in r["tiles"]:
+                    print(f"  tile {t['label']}: {t['instructions']} SASS instructions per "
+                          f"thread, {t['ops']}")
+        return 0
     if a.medians:
-        import json
-
         runs = [json.loads(Path(f).read_text()) for f in a.medians]
         print(markdown_table(["dtype", "D", "S", "causal", "x cuDNN (median)", "each run"],
                              medians_vs_cudnn(runs)))

@@ -402,6 +402,23 @@ def test_the_gluon_ws_launch_candidates_compile_without_spills():
             ag._ws_pv_overlap(64), wg) in g.WS_CANDIDATES
 
 
+def test_the_triton_kernels_masked_tiles_keep_vector_loads():
+    # The masked phase (the causal diagonal, the tail past the last whole key tile): where D
+    # fills the tile, K and V are masked by row only, so their loads stay 16-byte vectors
+    # (LDGSTS) as in the unmasked tiles; a per-element mask split them into 2-byte LDGs and
+    # packed their bytes (the masked tile then cost 2.4x an unmasked one).
+    from offline_compile import sm90_json  # conftest puts tests/ on sys.path
+
+    rows = sm90_json("attention.py", "--sass", "64,64,3,4", "--dims", "64,128")
+    assert [(r["head_d"], r["causal"]) for r in rows] == [
+        (64, False), (64, True), (128, False), (128, True)]
+    for r in rows:
+        assert r["spill_bytes"] == 0 and len(r["tiles"]) == 2, r
+        plain, masked = (t["ops"] for t in r["tiles"])
+        assert "LDG" not in masked and masked.get("LDGSTS", 0) >= plain["LDGSTS"], r
+        assert r["tiles"][1]["instructions"] <= 1.5 * r["tiles"][0]["instructions"], r
+
+
 def test_the_gluon_audit_sees_serialised_wgmma():
     # P V left in flight across the loop's back edge (FA3's order): ptxas serialises.
     rows = _gluon_offline("--overlap-pv", "--dims", "128")
