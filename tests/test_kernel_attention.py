@@ -569,6 +569,9 @@ def test_the_gluon_kernel_says_why_a_call_is_not_its_own():
     assert not ag._ws_dynamic(128, True, 16384) and not ag._ws_persistent(128, True, 16384)
     assert not ag._ws_dynamic(128, False, 4096) and not ag._ws_dynamic(64, False, 4096)
     assert ag._ws_dynamic(64, True, 4096) and not ag._ws_dynamic(64, True, 8192)
+    # two Q buffers where four warpgroups take causal blocks from the counter
+    assert [ag._ws_q_buffers(64, True, s) for s in (1024, 2048, 4096, 8192)] == [2, 2, 2, 1]
+    assert not any(ag._ws_q_buffers(d, c, 4096) == 2 for d, c in ((64, False), (128, True)))
     with pytest.raises(ValueError, match="the Gluon attention kernel needs q, k, v of one shape"):
         ag.forward(q[:, :, :100], q, q)
 

@@ -652,6 +652,18 @@ def _ws_dynamic(head_d: int, causal: bool, seq: int) -> bool:
     return causal and seq < (16384 if head_d == 128 else 8192)
 
 
+def _ws_q_buffers(head_d: int, causal: bool, seq: int) -> int:
+    """Q buffers of the shipped launch: two where four warpgroups take causal blocks from the
+    counter (D = 64 below S = 8192), so that the next block's Q loads while this block's
+    last tiles run; one elsewhere. On the H200 (bf16, of cuDNN, three runs in one call:
+    ``python bench/gluon_attention.py --bench-ws --dims 64 --seqs 1024,2048,4096 --causal yes
+    --candidates 8 --schedules 3,4``) two ran 281 / 367-370 / 414-424 TFLOP/s against one's
+    272-274 / 359-361 / 409-415 at S = 1024 / 2048 / 4096. At D = 128 two Q buffers do not
+    fit beside three K/V buffers of 128 x 128; the other launches are not persistent or
+    were not measured faster with two."""
+    return 2 if head_d == 64 and _ws_dynamic(head_d, causal, seq) else 1
+
+
 def _ws_block_n(head_d: int, warpgroups: int = 2) -> int:
     """Key tile of the warp-specialized kernel: 128 (64 query rows per warpgroup leave the
     registers for it), 64 with four consumer warpgroups (112-120 registers each: tiles of
@@ -727,7 +739,7 @@ def forward(q: Any, k: Any, v: Any, *, causal: bool = False, scale: float | None
             block_n: int | None = None, num_buf: int | None = None,
             maxnreg: int | None = None, pv_overlap: bool | None = None,
             warpgroups: int | None = None, persistent: bool | None = None,
-            programs: int | None = None, q_buffers: int = 1,
+            programs: int | None = None, q_buffers: int | None = None,
             dynamic: bool | None = None) -> Any:
     """softmax(q k^T * scale) v for inputs :func:`fits` accepts (it raises ValueError with the
     reason otherwise); causal hides keys after the query (Sq == Sk: both alignments agree).
@@ -739,7 +751,8 @@ def forward(q: Any, k: Any, v: Any, *, causal: bool = False, scale: float | None
     below it unless 3 leave fewer rows past S, and causal below 8192: ``_ws_warpgroups``) and
     ``persistent`` (one program per SM walking the query blocks, instead of one program per
     block; ``programs`` of them instead, for tests; ``q_buffers=2``: the next block's Q loads
-    during this one; 0-6% faster causal, not shipped; ``dynamic``: persistent programs take
+    during this one, shipped where four warpgroups take causal blocks from the counter:
+    ``_ws_q_buffers``; ``dynamic``: persistent programs take
     the next block from a counter, as FlashAttention-3's tile scheduler, instead of every
     P-th) override the measured launch (for the bench's candidates:
     ``bench/gluon_attention.py --bench-ws``).
@@ -771,6 +784,8 @@ def forward(q: Any, k: Any, v: Any, *, causal: bool = False, scale: float | None
     persistent = bool(persistent)
     if dynamic is None:
         dynamic = persistent and _ws_dynamic(d, bool(causal), s)
+    if q_buffers is None:  # the shipped launch's, where it is the shipped schedule
+        q_buffers = _ws_q_buffers(d, bool(causal), s) if persistent and dynamic else 1
     if q_buffers not in (1, 2) or (q_buffers == 2 and not persistent):
         raise ValueError(f"q_buffers={q_buffers} is not supported; use 1, or 2 with "
                          "persistent=True (one block per program loads one Q)")
