@@ -724,7 +724,8 @@ def pays(q: Any, causal: bool = False) -> bool:
     against 0.77 at 2048 (medians of 3; the Triton kernel's one run) and 0.95-1.04 from
     4096; causal, D = 64 (medians of 3 in one call) 0.90 / 0.94 / 0.98 / 1.04 against
     0.88 / 0.91 / 0.91 / 0.94 at S = 2048 / 4096 / 8192 / 16,384; at S = 1024 the Triton
-    kernel keeps the call (0.85 against at best 0.78 in any launch).
+    kernel keeps the call (0.86 against at best 0.85, four warpgroups with eight K/V buffers
+    and two Q buffers: reports/h200/bench_attention.md, eighteenth round).
 
     >>> pays(torch.empty(1, 16, 4096, 128))  # doctest: +SKIP
     True
