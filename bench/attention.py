@@ -254,13 +254,12 @@ def tile_sass(d: int, causal: bool, config: str = "64,64,3,4") -> dict[str, Any]
     the SASS of each key tile's loop body (``_common.sass_softmax_blocks``: instructions per
     thread and tile by opcode; the unmasked tiles' loop, then the masked one's: the causal
     diagonal and the tail past the last whole tile)."""
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-
     import importlib
 
+    import triton
     from _common import ptxas_sm90
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
 
     bm, bn, stages, warps = (int(x) for x in config.split(","))
     fn = importlib.import_module("onlinesm.kernels.attention")._attn_fwd_specialised
