@@ -16,7 +16,7 @@ length there), and otherwise one program per block.
 Why: the Triton kernel (attention.py) cannot overlap a tile's softmax with matmuls (Triton
 waits for a wgmma at once when its result feeds anything but another wgmma), which held it at
 0.72-0.86 of cuDNN at D = 128. This one reaches 0.97-1.10 there on an H200 (medians of 2-4,
-S >= 4096, bf16 and fp16), and 0.99-1.11 at D = 64 (S >= 2048 without causal, 4k causal;
+S >= 4096, bf16 and fp16), and 0.98-1.11 at D = 64 (S >= 2048 without causal, 4k causal;
 0.98 at S = 1024 without causal, causal 0.95-0.96 at S = 2048;
 reports/h200/bench_attention.md).
 
