@@ -719,3 +719,47 @@ def test_gpu_use_gluon_runs_the_calls_it_covers(dtype: Any, causal: bool, d: int
         assert calls == [1, 1]
     finally:
         kernels.use_gluon(was_on)
+
+
+def test_the_autotuners_pick_is_launched_directly_once_made(monkeypatch):
+    # attention() remembers the config the autotuner picked and launches it on the fully
+    # specialised kernel next time, with the same arguments: a new key tunes again. The two
+    # kernels are stubs that record their launches (no GPU needed).
+    module = sys.modules["onlinesm.kernels.attention"]
+    tuned, direct = [], []
+    import triton
+
+    pick = triton.Config({"BLOCK_M": 32, "BLOCK_N": 16}, num_warps=4, num_stages=2)
+
+    class Tuner:
+        best_config = None
+
+        def __getitem__(self, grid):
+            def launch(*args, **kwargs):
+                Tuner.best_config = pick
+                tuned.append((grid({"BLOCK_M": 32}), args, kwargs))
+            return launch
+
+    class Kernel:
+        def __getitem__(self, grid):
+            return lambda *args, **kwargs: direct.append((grid, args, kwargs))
+
+    monkeypatch.setattr(module, "_attn_fwd_tuned", Tuner())
+    monkeypatch.setattr(module, "_attn_fwd_specialised", Kernel())
+    monkeypatch.setattr(module, "_TUNED", {})
+    monkeypatch.setattr(module, "INTERPRETED", False)
+    monkeypatch.setattr(module, "_check_inputs", lambda *a: None)
+    monkeypatch.setattr(module, "_gluon_on", False)
+    monkeypatch.delenv("ONLINESM_ATTENTION_CONFIG", raising=False)
+    monkeypatch.delenv("ONLINESM_PIN_CONFIGS", raising=False)
+    q = torch.zeros(2, 3, 100, 64, dtype=torch.bfloat16)
+    module.attention(q, q, q, causal=True)
+    assert len(tuned) == 1 and not direct
+    module.attention(q, q, q, causal=True)
+    assert len(tuned) == 1 and len(direct) == 1
+    grid, args, kwargs = direct[0]
+    assert grid == tuned[0][0] == (4, 6)  # cdiv(100, 32) query blocks, B * H
+    assert kwargs == {**tuned[0][2], **pick.all_kwargs()}
+    assert all(a is b or a == b for a, b in zip(args[6:], tuned[0][1][6:]))  # past the tensors
+    module.attention(q, q, q, causal=False)  # another key: the autotuner again
+    assert len(tuned) == 2 and len(direct) == 1

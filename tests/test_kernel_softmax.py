@@ -1535,3 +1535,59 @@ def test_gpu_bf16_widened_on_its_bits_exactly():
     assert torch.equal(bits, x.to(torch.int32) << 16)
     finite = ~torch.isnan(x.view(torch.bfloat16))
     assert torch.equal(bits.view(torch.float32)[finite], x.view(torch.bfloat16).float()[finite])
+
+
+def test_a_remembered_launch_is_the_one_planning_gives(monkeypatch):
+    # softmax() plans a launch once per key (_launch) and reuses it: the key must hold all
+    # that planning reads. Planned as on a GPU of 132 SMs, on CPU tensors of one shape that
+    # differ only where they start (a row's window alignment) or in how much memory they own
+    # past their start (whether a window's last vector fits): each remembered launch must be
+    # the one a fresh plan gives.
+    monkeypatch.setattr(sm, "INTERPRETED", False)
+    monkeypatch.setattr(sm, "_sm_count", lambda device: 132)
+    monkeypatch.setattr(sm, "_LAUNCHES", {})
+    pairs = []
+    for n, rows in ((1001, 4), (12297, 4), (33016, 8)):
+        for offset in (0, 1, 8, 64):  # elements past a 128-byte start
+            for spare in (0, 4096):  # memory owned past the last row
+                buf = torch.empty(rows * n + offset + spare + 64, dtype=torch.bfloat16)
+                start = -buf.data_ptr() % 128 // 2  # the first element on 128 bytes
+                x = torch.as_strided(buf, (rows, n), (n, 1), start + offset)
+                pairs.append((x, torch.empty(rows, n, dtype=torch.bfloat16)))
+    for path in ("auto", "split"):
+        for x, y in pairs:
+            sm._launch(x, y, path, None, None, None, False)
+        launches = [sm._launch(x, y, path, None, None, None, False) for x, y in pairs]
+        assert launches == [sm._plan_launch(x, y, path, None, None, None, False)
+                            for x, y in pairs]
+    assert len({(launch.options.get("SHIFT"), launch.options.get("LOOSE"))
+                for launch in launches}) > 1  # the tensors do plan differently
+
+
+def test_softmax_plans_once_per_launch_key(monkeypatch):
+    # A second launch on the same tensors reuses the plan; a new shape, a caller's tuning and
+    # a replaced PLAN_TABLE each plan again; softmax() launches what _launch gives.
+    planned = []
+    plan_launch = sm._plan_launch
+
+    def counting(*args):
+        planned.append(args[0].shape)
+        return plan_launch(*args)
+
+    monkeypatch.setattr(sm, "_plan_launch", counting)
+    monkeypatch.setattr(sm, "_LAUNCHES", {})
+    x = make(gaussian(3, 200, seed=4), torch.float32)
+    y = torch.empty_like(x)
+    for _ in range(3):
+        sm._launch(x, y, "auto", None, None, None, False)
+    assert len(planned) == 1
+    sm._launch(x[:, :150], y[:, :150], "auto", None, None, None, False)
+    assert len(planned) == 2
+    sm._launch(x, y, "auto", None, None, {}, False)
+    sm._launch(x, y, "auto", None, None, {}, False)
+    assert len(planned) == 4
+    monkeypatch.setattr(sp, "PLAN_TABLE", list(sp.PLAN_TABLE))
+    sm._launch(x, y, "auto", None, None, None, False)
+    assert len(planned) == 5
+    for _ in range(2):
+        check(x, softmax(x))

@@ -34,6 +34,7 @@ through ``attention()`` pass on the H200.
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
@@ -45,6 +46,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma,
     warpgroup_mma_wait,
 )
+
+from onlinesm.kernels.launching import capability, on_device, sm_count
 
 __all__ = ["fits", "pays", "forward", "WS_BLOCK_M"]
 
@@ -566,6 +569,7 @@ def _attn_fwd_ws(q_ptr, k_ptr, v_ptr, o_ptr, counter_ptr, seq, n_blocks, n_work,
         ], [4, 4, 4, 1], [112, 112, 112, 24])
 
 
+@functools.lru_cache(maxsize=None)  # the layouts are built once per launch shape, not per call
 def _ws_constexprs(head_d: int, block_n: int, causal: bool, num_buf: int = WS_NUM_BUF,
                    pv_overlap: bool = False, warpgroups: int = 2,
                    persistent: bool = False, q_buffers: int = 1,
@@ -708,7 +712,7 @@ def fits(q: Any, k: Any, v: Any, *, mask: Any = None, return_lse: bool = False,
         return f"a non-empty q (got shape {tuple(q.shape)})"
     if not q.is_cuda:
         return f"a CUDA device (got {q.device})"
-    major, minor = torch.cuda.get_device_capability(q.device)
+    major, minor = capability(q.device)
     if (major, minor) != (9, 0):
         return f"an sm_90 GPU (Hopper; got sm_{major}{minor})"
     return None
@@ -793,10 +797,10 @@ def forward(q: Any, k: Any, v: Any, *, causal: bool = False, scale: float | None
     if not persistent:
         programs = n_work
     elif programs is None:
-        programs = min(n_work, torch.cuda.get_device_properties(q.device).multi_processor_count)
+        programs = min(n_work, sm_count(q.device))
     # The counter the programs take blocks from (dynamic), zero at launch; else unused.
     counter = torch.zeros(1, dtype=torch.int32, device=q.device) if dynamic else o
-    with torch.cuda.device(q.device):
+    with on_device(q.device):
         _attn_fwd_ws[(programs,)](
             q, k, v, o, counter, s, n_blocks, n_work, scale * 1.4426950408889634,  # log2(e)
             **_ws_constexprs(d, block_n or _ws_block_n(d, wg), bool(causal),

@@ -64,7 +64,7 @@ Example:
 
 from __future__ import annotations
 
-import functools
+import dataclasses
 import os
 import sys
 from typing import Any
@@ -73,6 +73,10 @@ import torch
 import triton
 import triton.language as tl
 
+from onlinesm.kernels import softmax_plan as _plan_module
+from onlinesm.kernels.launching import device_properties as _device_properties
+from onlinesm.kernels.launching import on_device
+from onlinesm.kernels.launching import sm_count as _sm_count
 from onlinesm.kernels.pinning import configs_pinned
 from onlinesm.kernels.softmax_plan import (
     PATHS,
@@ -1095,9 +1099,90 @@ def _check(x: Any, fully_masked: str) -> None:
         raise ValueError(f"x.device={x.device} but the kernels run in {mode} mode; {how}")
 
 
-@functools.lru_cache(maxsize=None)
-def _sm_count(device: torch.device) -> int:
-    return torch.cuda.get_device_properties(device).multi_processor_count
+@dataclasses.dataclass(frozen=True)
+class _Launch:
+    """One planned launch of the softmax kernels, without its tensors: the kernel, its grid
+    (on chip and streamed), its constexprs, warps and register cap (``options``), and for
+    split rows the chunks' columns, the programs per SM it asks for and the key of
+    ``_SPLIT_FIT`` that resizes it by what the last such launch's registers let an SM hold."""
+
+    path: str
+    kernel: Any
+    grid: tuple[int, ...]
+    options: dict[str, Any]
+    columns: Any = None
+    per_sm: int = 0
+    fit_key: tuple[Any, ...] | None = None
+
+    def ints(self, x2: torch.Tensor, y2: torch.Tensor) -> tuple[int, ...]:
+        """The integer arguments of the on-chip and streaming kernels, after x and y."""
+        if self.path == "stream":
+            return x2.shape[1], x2.stride(0), y2.stride(0)
+        return x2.shape[0], x2.shape[1], x2.stride(0), y2.stride(0)
+
+
+#: Launches already planned, by everything planning reads (see _launch): planning is about
+#: 50 µs of Python, longer than the kernel runs on a small input, and a model calls softmax
+#: on the same shapes again and again. Bounded: cleared when full.
+_LAUNCHES: dict[tuple[Any, ...], tuple[Any, Any, _Launch]] = {}
+_LAUNCHES_MAX = 4096
+
+
+def _launch(x2: torch.Tensor, y2: torch.Tensor, path: str, max_on_chip: int | None,
+            tile: int | None, tuning: dict[str, Any] | None, nan_if_empty: bool) -> _Launch:
+    """The launch :func:`softmax` makes for the rows of x2 written into y2, planned once per
+    key (a caller's ``tuning`` is planned every time). The key holds what the plan reads:
+    shape, row strides, where x and y start within 1 KB (the windows' alignment), how much
+    memory x owns past its start (whether a window's last vector fits), dtype, device, the
+    arguments and whether configs are pinned; an entry stands while ``PLAN_TABLE`` and
+    ``TUNING`` are the objects it was planned with."""
+    key = None
+    if tuning is None:
+        key = (x2.dtype, x2.device, *x2.shape, x2.stride(0), y2.stride(0),
+               x2.data_ptr() % 1024, y2.data_ptr() % 1024,
+               x2.untyped_storage().nbytes() - x2.storage_offset() * x2.element_size(),
+               path, max_on_chip, tile, nan_if_empty, INTERPRETED, configs_pinned())
+        hit = _LAUNCHES.get(key)
+        if hit is not None and hit[0] is _plan_module.PLAN_TABLE and hit[1] is _plan_module.TUNING:
+            return hit[2]
+    launch = _plan_launch(x2, y2, path, max_on_chip, tile, tuning, nan_if_empty)
+    if key is not None:
+        if len(_LAUNCHES) >= _LAUNCHES_MAX:
+            _LAUNCHES.clear()
+        _LAUNCHES[key] = (_plan_module.PLAN_TABLE, _plan_module.TUNING, launch)
+    return launch
+
+
+def _plan_launch(x2: torch.Tensor, y2: torch.Tensor, path: str, max_on_chip: int | None,
+                 tile: int | None, tuning: dict[str, Any] | None,
+                 nan_if_empty: bool) -> _Launch:
+    """Plan :func:`_launch`'s launch (no memo)."""
+    n_rows, n_cols = x2.shape
+    p, t, align, shift = _launch_plan(x2, y2, path, max_on_chip, tile, tuning)
+    round_bf16 = INTERPRETED and x2.dtype == torch.bfloat16
+    if p.path == "on_chip":
+        grid = (triton.cdiv(n_rows, p.rows_per_program),)
+        if p.stages > 1 and not INTERPRETED:
+            grid = (min(grid[0], _sm_count(x2.device) * int(t["chip_programs_per_sm"])),)
+        return _Launch("on_chip", _variant(_softmax_on_chip_kernel, _softmax_on_chip_specialised),
+                       grid, _on_chip_options(p, t, align, shift, nan_if_empty, round_bf16))
+    if p.path == "stream":
+        return _Launch("stream", _softmax_stream_kernel, (n_rows,), dict(
+            TILE=p.block, NAN_IF_EMPTY=nan_if_empty, ROUND_BF16=round_bf16, SHIFT=shift,
+            num_warps=p.num_warps))
+    if INTERPRETED:
+        raise ValueError(
+            "path='split' needs programs running concurrently on a GPU; the interpreter runs "
+            "them one at a time. Use path='stream' (or 'auto') under TRITON_INTERPRET=1"
+        )
+    options = _split_options(p, t, align, shift, nan_if_empty, x2.element_size())
+    fit_key = None
+    if t["split_fit_registers"]:
+        fit_key = (x2.device, x2.dtype, configs_pinned(), *sorted(options.items()))
+    columns = split_columns(n_cols + shift - 1, p.split, p.block, bool(t["split_balanced"]),
+                            granule=shift)
+    return _Launch("split", _variant(_softmax_split_kernel, _softmax_split_specialised), (),
+                   options, columns, int(t["split_programs_per_sm"]), fit_key)
 
 
 def softmax(
@@ -1128,56 +1213,41 @@ def softmax(
     y2 = torch.empty((n_rows, n_cols), dtype=x.dtype, device=x.device)
     if n_rows == 0:
         return y2.reshape(x.shape)
-    p, t, align, shift = _launch_plan(x2, y2, path, max_on_chip, tile, tuning)
-    nan_if_empty = fully_masked == "nan"
-    round_bf16 = INTERPRETED and x.dtype == torch.bfloat16
-    if p.path == "on_chip":
-        grid = (triton.cdiv(n_rows, p.rows_per_program),)
-        if p.stages > 1 and not INTERPRETED:
-            grid = (min(grid[0], _sm_count(x.device) * int(t["chip_programs_per_sm"])),)
-        _variant(_softmax_on_chip_kernel, _softmax_on_chip_specialised)[grid](
-            x2, y2, n_rows, n_cols, x2.stride(0), y2.stride(0),
-            **_on_chip_options(p, t, align, shift, nan_if_empty, round_bf16))
-    elif p.path == "stream":
-        _softmax_stream_kernel[(n_rows,)](
-            x2, y2, n_cols, x2.stride(0), y2.stride(0),
-            TILE=p.block, NAN_IF_EMPTY=nan_if_empty, ROUND_BF16=round_bf16, SHIFT=shift,
-            num_warps=p.num_warps,
-        )
-    else:
-        if INTERPRETED:
-            raise ValueError(
-                "path='split' needs programs running concurrently on a GPU; the interpreter runs "
-                "them one at a time. Use path='stream' (or 'auto') under TRITON_INTERPRET=1"
-            )
-        wanted = int(t["split_programs_per_sm"])
-        options = _split_options(p, t, align, shift, nan_if_empty, x2.element_size())
-        fit = bool(t["split_fit_registers"])
-        key = (x.device, x.dtype, configs_pinned(), *sorted(options.items())) if fit else None
-        # as many as the last such launch's registers and shared memory let an SM hold
-        per_sm = _SPLIT_FIT.get(key, wanted) if fit else wanted
-        slots = max(1, _sm_count(x.device) * per_sm // p.split)
-        groups = min(n_rows, slots)
-        if options["PACKED"]:  # one word per chunk, -1 until written (see _exchange_packed)
-            part = torch.full((n_rows * p.split,), -1, dtype=torch.int64, device=x.device)
-            count = part  # unused
-        else:
-            part = torch.empty(n_rows * p.split * 2, dtype=torch.float32, device=x.device)
-            count = torch.zeros(n_rows, dtype=torch.int32, device=x.device)
-        compiled = _variant(_softmax_split_kernel, _softmax_split_specialised)[(groups * p.split,)](
-            x2, y2, part, count, n_rows, n_cols, x2.stride(0), y2.stride(0),
-            split_columns(n_cols + shift - 1, p.split, p.block, bool(t["split_balanced"]),
-                          granule=shift),
-            **options)
-        if fit:
-            props = torch.cuda.get_device_properties(x.device)
-            _SPLIT_FIT[key] = _programs_that_fit(
-                wanted, int(getattr(compiled, "n_regs", 0) or 0),
-                p.num_warps, int(getattr(props, "regs_per_multiprocessor", 65536)),
-                int(getattr(props, "max_threads_per_multi_processor", 2048)) // 32,
-                int(getattr(getattr(compiled, "metadata", None), "shared", 0) or 0),
-                int(getattr(props, "shared_memory_per_multiprocessor", 233472)))
+    launch = _launch(x2, y2, path, max_on_chip, tile, tuning, fully_masked == "nan")
+    with on_device(x.device):  # Triton launches on the current device
+        _run(launch, x2, y2)
     return y2.reshape(x.shape)
+
+
+def _run(launch: _Launch, x2: torch.Tensor, y2: torch.Tensor) -> None:
+    """Launch ``launch`` on the rows of x2, written into y2."""
+    if launch.path != "split":
+        launch.kernel[launch.grid](x2, y2, *launch.ints(x2, y2), **launch.options)
+        return
+    n_rows, n_cols = x2.shape
+    # Split rows: as many groups of SPLIT programs as the GPU holds at once (they wait for
+    # each other), from what the last such launch's registers and shared memory let an SM hold.
+    per_sm = _SPLIT_FIT.get(launch.fit_key, launch.per_sm) if launch.fit_key else launch.per_sm
+    split = launch.options["SPLIT"]
+    groups = min(n_rows, max(1, _sm_count(x2.device) * per_sm // split))
+    if launch.options["PACKED"]:  # one word per chunk, -1 until written (see _exchange_packed)
+        part = torch.full((n_rows * split,), -1, dtype=torch.int64, device=x2.device)
+        count = part  # unused
+    else:
+        part = torch.empty(n_rows * split * 2, dtype=torch.float32, device=x2.device)
+        count = torch.zeros(n_rows, dtype=torch.int32, device=x2.device)
+    compiled = launch.kernel[(groups * split,)](
+        x2, y2, part, count, n_rows, n_cols, x2.stride(0), y2.stride(0), launch.columns,
+        **launch.options)
+    if launch.fit_key:
+        props = _device_properties(x2.device)
+        _SPLIT_FIT[launch.fit_key] = _programs_that_fit(
+            launch.per_sm, int(getattr(compiled, "n_regs", 0) or 0),
+            launch.options["num_warps"],
+            int(getattr(props, "regs_per_multiprocessor", 65536)),
+            int(getattr(props, "max_threads_per_multi_processor", 2048)) // 32,
+            int(getattr(getattr(compiled, "metadata", None), "shared", 0) or 0),
+            int(getattr(props, "shared_memory_per_multiprocessor", 233472)))
 
 
 def _on_chip_options(p: Plan, t: dict[str, Any], align: int, shift: int, nan_if_empty: bool,

@@ -1,0 +1,134 @@
+"""Host time per call of onlinesm's softmax and attention, beside torch's, on a GPU.
+
+What: for each case, three figures in µs per call:
+- ``host``: the Python and launch time alone: calls issued while the GPU is held busy by a
+  long sleep kernel, so none waits for the GPU (what a model loop pays on the CPU per call);
+- ``loop``: calls back to back, synchronised once at the end (host or GPU, whichever bounds);
+- ``kernel``: ``triton.testing.do_bench``'s median, as the speed tables time (L2 flushed
+  between calls, which also hides up to the flush's time of host work).
+
+Why: the speed tables time large inputs, where the kernel's time hides the launcher's. A
+model calls softmax and attention on small inputs too, and there a launch that spends 100 µs
+of Python loses to torch's 7 µs however fast its kernel.
+
+Run (GPU)::
+
+    python bench/host_overhead.py             # the table; OUT=... also writes host_overhead.{json,md}
+    python bench/host_overhead.py --calls 500 --repeat 5 --only attention
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from typing import Any, Callable
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _common import markdown_table, time_ms, write_outputs  # noqa: E402
+
+#: softmax cases: (rows, N), bf16
+SOFTMAX_CASES = ((256, 1024), (4096, 4096), (16384, 1024), (1024, 32768))
+#: attention cases: (B, H, S, D, causal), bf16
+ATTENTION_CASES = ((1, 8, 512, 64, False), (16, 32, 1024, 64, True), (16, 32, 1024, 64, False),
+                   (4, 16, 4096, 128, False))
+
+
+def host_us(fn: Callable[[], Any], calls: int) -> float:
+    """µs of host time per call, the GPU held busy by a sleep so that no call waits for it."""
+    import torch
+
+    for _ in range(10):
+        fn()
+    torch.cuda.synchronize()
+    torch.cuda._sleep(int(2e9))  # about a second of GPU time at 1.8 GHz
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    elapsed = time.perf_counter() - start
+    torch.cuda.synchronize()
+    return elapsed / calls * 1e6
+
+
+def loop_us(fn: Callable[[], Any], calls: int) -> float:
+    """µs per call of calls issued back to back, synchronised at the end."""
+    import torch
+
+    for _ in range(10):
+        fn()
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - start) / calls * 1e6
+
+
+def run(calls: int, repeat: int = 1, only: str = "") -> list[dict[str, Any]]:
+    """Each case's three figures for onlinesm and its torch peer (the host and loop figures
+    the median of ``repeat`` measurements; ``only``: the cases whose name holds it)."""
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from onlinesm import kernels
+
+    kernels.use_interpreter(False)
+    from onlinesm.kernels import attention, softmax
+
+    rows: list[dict[str, Any]] = []
+
+    def measure(case: str, impl: str, fn: Callable[[], Any]) -> None:
+        if only not in case:
+            return
+        row = dict(case=case, impl=impl,
+                   host=statistics.median(host_us(fn, calls) for _ in range(repeat)),
+                   loop=statistics.median(loop_us(fn, calls) for _ in range(repeat)),
+                   kernel=time_ms(fn) * 1e3)
+        rows.append(row)
+        print(f"{case:32s} {impl:9s} host {row['host']:7.1f}  loop {row['loop']:7.1f}  "
+              f"kernel {row['kernel']:7.1f} µs", flush=True)
+
+    for n_rows, n in SOFTMAX_CASES:
+        x = torch.randn(n_rows, n, device="cuda", dtype=torch.bfloat16)
+        case = f"softmax bf16 {n_rows} x {n}"
+        measure(case, "onlinesm", lambda: softmax(x))
+        measure(case, "torch", lambda: torch.softmax(x, -1))
+    for b, h, s, d, causal in ATTENTION_CASES:
+        q, k, v = (torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16)
+                   for _ in range(3))
+        case = f"attention bf16 {b}x{h}x{s}x{d}{' causal' if causal else ''}"
+        measure(case, "onlinesm", lambda: attention(q, k, v, causal=causal))
+        with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+            measure(case, "cuDNN", lambda: F.scaled_dot_product_attention(
+                q, k, v, is_causal=causal))
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--calls", type=int, default=200, help="calls per figure (200)")
+    ap.add_argument("--repeat", type=int, default=3,
+                    help="host and loop figures: the median of this many (3)")
+    ap.add_argument("--only", default="", help="the cases whose name holds this text")
+    args = ap.parse_args(argv)
+    import torch
+
+    if not torch.cuda.is_available():
+        print("host_overhead.py needs a CUDA device", file=sys.stderr)
+        return 2
+    rows = run(args.calls, args.repeat, args.only)
+    table = markdown_table(
+        ["case", "impl", "host µs", "loop µs", "kernel µs (do_bench)"],
+        [[r["case"], r["impl"], f"{r['host']:.1f}", f"{r['loop']:.1f}", f"{r['kernel']:.1f}"]
+         for r in rows])
+    print(table)
+    write_outputs("host_overhead", {"device": torch.cuda.get_device_name(),
+                                    "torch": torch.__version__, "rows": rows}, table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
