@@ -132,7 +132,7 @@ for phase in "$@"; do
           --section WarpStateStats --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis \
           python3 bench/ncu_targets.py "$case" > "$OUT/ncu_$case.txt" 2>&1
         echo "== ncu $case: rc=$? $((SECONDS - start)) s"
-        grep -a -E "No kernels were profiled|Memory Throughput|DRAM Throughput|Compute \(SM\) Throughput|Achieved Occupancy|Theoretical Occupancy|Registers Per Thread|L2 Hit Rate|Duration|Warp Cycles Per Issued|Issue Slots Busy|Stall" "$OUT/ncu_$case.txt" | head -18
+        grep -a -E "No kernels were profiled|Memory Throughput|DRAM Throughput|Compute \(SM\) Throughput|Achieved Occupancy|Theoretical Occupancy|Registers Per Thread|Block Size|Grid Size|Dynamic Shared Memory Per|L2 Hit Rate|Duration|Warp Cycles Per Issued|Issue Slots Busy|Stall" "$OUT/ncu_$case.txt" | head -24
         start=$SECONDS
       done ;;
     sanitize)

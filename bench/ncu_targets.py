@@ -72,6 +72,19 @@ CASES: dict[str, tuple[str, str]] = {
                                         "bf16, B=16 H=32 S=1024 D=64, causal (0.84)", "attn"),
     "attention_bf16_d64_s1024": ("attention() as routed (the Triton kernel, autotuned), bf16, "
                                  "B=16 H=32 S=1024 D=64, not causal (0.87)", "attn"),
+    # The peer itself, and the Gluon kernel in the peer's shape: cuDNN's kernel at D = 64 is
+    # 64 x 128 tiles in two consumer warpgroups and a load warpgroup (384 threads, 168
+    # registers, 134 KB of shared memory, one persistent program per SM), the shape of our
+    # _2wg launch, which runs 15% slower at S = 1024 causal (bench_attention.md, twentieth round)
+    "cudnn_bf16_d64_s1024_causal": ("SDPA's cuDNN backend, bf16, B=16 H=32 S=1024 D=64, "
+                                    "causal (the peer of attention_bf16_d64_s1024_causal)",
+                                    "sdpa|fprop"),
+    "cudnn_bf16_d64_s2048_causal": ("SDPA's cuDNN backend, bf16, B=8 H=32 S=2048 D=64, causal",
+                                    "sdpa|fprop"),
+    "attention_gluon_bf16_d64_s1024_causal_2wg": (
+        "the Gluon kernel in cuDNN's shape: two warpgroups, 128-key tiles, three K/V buffers, "
+        "blocks from the counter, two Q buffers; bf16, B=16 H=32 S=1024 D=64, causal (0.85)",
+        "_attn_fwd_ws"),
 }
 
 #: The NVTX range around the profiled call: ``ncu --nvtx --nvtx-include "onlinesm_profile/"``
@@ -103,11 +116,24 @@ def _case(name: str) -> Callable[[], Any]:
         q, k, v = (torch.randn(16384 // s, 32, s, 64, device="cuda", dtype=torch.bfloat16)
                    for _ in range(3))
         causal = "_causal" in name
+        if name.startswith("cudnn"):
+            from torch.nn.attention import SDPBackend, sdpa_kernel
+
+            def cudnn() -> Any:
+                with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+                    return torch.nn.functional.scaled_dot_product_attention(
+                        q, k, v, is_causal=causal)
+            return cudnn
         if name.startswith("attention_gluon"):  # the kernel itself, not attention()'s routing
             from onlinesm.kernels import attention_gluon
 
             persistent = True if name.endswith("_persistent") else None  # None: the launch's
-            return lambda: attention_gluon.forward(q, k, v, causal=causal, persistent=persistent)
+            shape: dict[str, Any] = {}
+            if name.endswith("_2wg"):  # cuDNN's shape
+                shape = dict(warpgroups=2, block_n=128, num_buf=3, maxnreg=168, dynamic=True,
+                             q_buffers=2)
+            return lambda: attention_gluon.forward(q, k, v, causal=causal, persistent=persistent,
+                                                   **shape)
         return lambda: kernels.attention(q, k, v, causal=causal)  # as routed, autotuned
     os.environ.setdefault("ONLINESM_ATTENTION_CONFIG", "64,64,3,4")
     q, k, v = (torch.randn(4, 16, 4096, 128, device="cuda", dtype=torch.bfloat16) for _ in range(3))
