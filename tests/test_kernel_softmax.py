@@ -1537,7 +1537,8 @@ def test_gpu_bf16_widened_on_its_bits_exactly():
     assert torch.equal(bits.view(torch.float32)[finite], x.view(torch.bfloat16).float()[finite])
 
 
-def test_a_remembered_launch_is_the_one_planning_gives(monkeypatch):
+@pytest.mark.parametrize("rounded", [False, True], ids=["exact", "512-byte blocks"])
+def test_a_remembered_launch_is_the_one_planning_gives(monkeypatch, rounded):
     # softmax() plans a launch once per key (_launch) and reuses it: the key must hold all
     # that planning reads. Planned as on a GPU of 132 SMs, on CPU tensors of one shape that
     # differ only where they start (a row's window alignment) or in how much memory they own
@@ -1546,10 +1547,12 @@ def test_a_remembered_launch_is_the_one_planning_gives(monkeypatch):
     monkeypatch.setattr(sm, "INTERPRETED", False)
     monkeypatch.setattr(sm, "_sm_count", lambda device: 132)
     monkeypatch.setattr(sm, "_LAUNCHES", {})
+    # as with PyTorch's CUDA caching allocator, whose blocks are whole 512 bytes, or exact
+    monkeypatch.setattr(sm, "_caching_allocator", lambda device: rounded)
     pairs = []
     for n, rows in ((1001, 4), (12297, 4), (33016, 8)):
         for offset in (0, 1, 8, 64):  # elements past a 128-byte start
-            for spare in (0, 4096):  # memory owned past the last row
+            for spare in (0, 100, 4096):  # memory owned past the last row
                 buf = torch.empty(rows * n + offset + spare + 64, dtype=torch.bfloat16)
                 start = -buf.data_ptr() % 128 // 2  # the first element on 128 bytes
                 x = torch.as_strided(buf, (rows, n), (n, 1), start + offset)

@@ -65,6 +65,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import sys
 from typing import Any
@@ -1046,16 +1047,23 @@ def _window_fits(x2: torch.Tensor, shift: int, reach: int | None = None) -> bool
     ``PYTORCH_NO_CUDA_MEMORY_CACHING=1``, cudaMallocAsync) only its exact size counts, and a
     tensor whose last vector would reach past it streams element by element instead.
     """
-    owned = x2.untyped_storage().nbytes()
-    if _caching_allocator(x2.device):
-        owned = -(-owned // 512) * 512
     last_start = (x2.shape[0] - 1) * x2.stride(0)  # elements from x2's start
-    readable = owned // x2.element_size() - x2.storage_offset()
+    readable = _readable(x2)
     if reach is not None:
         return last_start // shift * shift + reach <= readable
     return -(-(last_start + x2.shape[1]) // shift) * shift <= readable
 
 
+def _readable(x2: torch.Tensor) -> int:
+    """The elements of memory x2 owns from its first one on: its storage's size (with
+    PyTorch's CUDA caching allocator, rounded up to its 512-byte blocks) past x2's start."""
+    owned = x2.untyped_storage().nbytes()
+    if _caching_allocator(x2.device):
+        owned = -(-owned // 512) * 512
+    return owned // x2.element_size() - x2.storage_offset()
+
+
+@functools.lru_cache(maxsize=None)  # torch reads the variable once, when CUDA starts
 def _caching_allocator(device: torch.device) -> bool:
     """Whether CUDA tensors come from PyTorch's native caching allocator (512-byte blocks)."""
     if device.type != "cuda" or os.environ.get("PYTORCH_NO_CUDA_MEMORY_CACHING", "0") == "1":
@@ -1132,15 +1140,14 @@ def _launch(x2: torch.Tensor, y2: torch.Tensor, path: str, max_on_chip: int | No
             tile: int | None, tuning: dict[str, Any] | None, nan_if_empty: bool) -> _Launch:
     """The launch :func:`softmax` makes for the rows of x2 written into y2, planned once per
     key (a caller's ``tuning`` is planned every time). The key holds what the plan reads:
-    shape, row strides, where x and y start within 1 KB (the windows' alignment), how much
-    memory x owns past its start (whether a window's last vector fits), dtype, device, the
+    shape, row strides, where x and y start within 1 KB (the windows' alignment), the memory
+    x owns from its start (_readable: whether a window's last vector fits), dtype, device, the
     arguments and whether configs are pinned; an entry stands while ``PLAN_TABLE`` and
     ``TUNING`` are the objects it was planned with."""
     key = None
     if tuning is None:
         key = (x2.dtype, x2.device, *x2.shape, x2.stride(0), y2.stride(0),
-               x2.data_ptr() % 1024, y2.data_ptr() % 1024,
-               x2.untyped_storage().nbytes() - x2.storage_offset() * x2.element_size(),
+               x2.data_ptr() % 1024, y2.data_ptr() % 1024, _readable(x2),
                path, max_on_chip, tile, nan_if_empty, INTERPRETED, configs_pinned())
         hit = _LAUNCHES.get(key)
         if hit is not None and hit[0] is _plan_module.PLAN_TABLE and hit[1] is _plan_module.TUNING:
