@@ -763,3 +763,43 @@ def test_the_autotuners_pick_is_launched_directly_once_made(monkeypatch):
     assert all(a is b or a == b for a, b in zip(args[6:], tuned[0][1][6:]))  # past the tensors
     module.attention(q, q, q, causal=False)  # another key: the autotuner again
     assert len(tuned) == 2 and len(direct) == 1
+
+
+def test_two_threads_tuning_at_once_each_keep_their_own_pick(monkeypatch):
+    # The autotuner keeps its pick on itself (best_config): two threads tuning different keys
+    # at once must each remember their own. The stub tuner picks by the call's CAUSAL and
+    # sleeps before returning, so that without the lock the other thread's pick lands first.
+    import threading
+    import time
+
+    import triton
+
+    module = sys.modules["onlinesm.kernels.attention"]
+    picks = {c: triton.Config({"BLOCK_M": 16 if c else 32, "BLOCK_N": 16}, num_warps=4,
+                              num_stages=2) for c in (False, True)}
+
+    class Tuner:
+        best_config = None
+
+        def __getitem__(self, grid):
+            def launch(*args, **kwargs):
+                Tuner.best_config = picks[kwargs["CAUSAL"]]
+                time.sleep(0.2)
+            return launch
+
+    monkeypatch.setattr(module, "_attn_fwd_tuned", Tuner())
+    monkeypatch.setattr(module, "_TUNED", {})
+    monkeypatch.setattr(module, "INTERPRETED", False)
+    monkeypatch.setattr(module, "_check_inputs", lambda *a: None)
+    monkeypatch.setattr(module, "_gluon_on", False)
+    monkeypatch.delenv("ONLINESM_ATTENTION_CONFIG", raising=False)
+    monkeypatch.delenv("ONLINESM_PIN_CONFIGS", raising=False)
+    q = torch.zeros(1, 2, 64, 32, dtype=torch.bfloat16)
+    threads = [threading.Thread(target=module.attention, args=(q, q, q), kwargs={"causal": c})
+               for c in (False, True)]
+    for t in threads:
+        t.start()
+        time.sleep(0.05)
+    for t in threads:
+        t.join()
+    assert {key[-7]: config for key, config in module._TUNED.items()} == picks  # by CAUSAL

@@ -56,6 +56,7 @@ from __future__ import annotations
 import math
 import os
 import sys
+import threading
 import warnings
 from typing import Any
 
@@ -537,8 +538,11 @@ def _bench_quickly(fn: Any, quantiles: Any = None) -> Any:
 #: number of variants instead (see ATTN_DO_NOT_SPECIALIZE).
 _attn_fwd_specialised = triton.jit(_attn_fwd.fn)
 
-#: The config the autotuner picked, by its key and the other constexprs (see attention()).
+#: The config the autotuner picked, by its key and the other constexprs (see attention()),
+#: and a lock around its runs: it keeps a call's arguments and its pick (``best_config``) on
+#: itself, so two threads tuning at once could read each other's.
 _TUNED: dict[tuple[Any, ...], Any] = {}
+_TUNE_LOCK = threading.Lock()
 
 _attn_fwd_tuned = triton.autotune(
     configs=[
@@ -819,8 +823,9 @@ def attention(
         with on_device(q.device):
             if config is None:
                 grid = lambda meta: (triton.cdiv(Sq, meta["BLOCK_M"]), B * H)  # noqa: E731
-                _attn_fwd_tuned[grid](*args, **common)
-                _TUNED[key] = _attn_fwd_tuned.best_config
+                with _TUNE_LOCK:  # the autotuner keeps its call's state on itself
+                    _attn_fwd_tuned[grid](*args, **common)
+                    _TUNED[key] = _attn_fwd_tuned.best_config
             else:
                 _attn_fwd_specialised[(triton.cdiv(Sq, config.kwargs["BLOCK_M"]), B * H)](
                     *args, **config.all_kwargs(), **common)
