@@ -721,6 +721,19 @@ def test_gpu_use_gluon_runs_the_calls_it_covers(dtype: Any, causal: bool, d: int
         kernels.use_gluon(was_on)
 
 
+def _autotuned_path_on_the_cpu(monkeypatch: pytest.MonkeyPatch, tuner: Any) -> None:
+    """attention() routed to its autotuned Triton path as on a GPU, on CPU tensors: ``tuner``
+    stands for the autotuner, nothing remembered yet, no config pinned."""
+    module = sys.modules["onlinesm.kernels.attention"]
+    monkeypatch.setattr(module, "_attn_fwd_tuned", tuner)
+    monkeypatch.setattr(module, "_TUNED", {})
+    monkeypatch.setattr(module, "INTERPRETED", False)
+    monkeypatch.setattr(module, "_check_inputs", lambda *a: None)
+    monkeypatch.setattr(module, "_gluon_on", False)
+    monkeypatch.delenv("ONLINESM_ATTENTION_CONFIG", raising=False)
+    monkeypatch.delenv("ONLINESM_PIN_CONFIGS", raising=False)
+
+
 def test_the_autotuners_pick_is_launched_directly_once_made(monkeypatch):
     # attention() remembers the config the autotuner picked and launches it on the fully
     # specialised kernel next time, with the same arguments: a new key tunes again. The two
@@ -744,14 +757,8 @@ def test_the_autotuners_pick_is_launched_directly_once_made(monkeypatch):
         def __getitem__(self, grid):
             return lambda *args, **kwargs: direct.append((grid, args, kwargs))
 
-    monkeypatch.setattr(module, "_attn_fwd_tuned", Tuner())
+    _autotuned_path_on_the_cpu(monkeypatch, Tuner())
     monkeypatch.setattr(module, "_attn_fwd_specialised", Kernel())
-    monkeypatch.setattr(module, "_TUNED", {})
-    monkeypatch.setattr(module, "INTERPRETED", False)
-    monkeypatch.setattr(module, "_check_inputs", lambda *a: None)
-    monkeypatch.setattr(module, "_gluon_on", False)
-    monkeypatch.delenv("ONLINESM_ATTENTION_CONFIG", raising=False)
-    monkeypatch.delenv("ONLINESM_PIN_CONFIGS", raising=False)
     q = torch.zeros(2, 3, 100, 64, dtype=torch.bfloat16)
     module.attention(q, q, q, causal=True)
     assert len(tuned) == 1 and not direct
@@ -787,13 +794,7 @@ def test_two_threads_tuning_at_once_each_keep_their_own_pick(monkeypatch):
                 time.sleep(0.2)
             return launch
 
-    monkeypatch.setattr(module, "_attn_fwd_tuned", Tuner())
-    monkeypatch.setattr(module, "_TUNED", {})
-    monkeypatch.setattr(module, "INTERPRETED", False)
-    monkeypatch.setattr(module, "_check_inputs", lambda *a: None)
-    monkeypatch.setattr(module, "_gluon_on", False)
-    monkeypatch.delenv("ONLINESM_ATTENTION_CONFIG", raising=False)
-    monkeypatch.delenv("ONLINESM_PIN_CONFIGS", raising=False)
+    _autotuned_path_on_the_cpu(monkeypatch, Tuner())
     q = torch.zeros(1, 2, 64, 32, dtype=torch.bfloat16)
     threads = [threading.Thread(target=module.attention, args=(q, q, q), kwargs={"causal": c})
                for c in (False, True)]
