@@ -65,7 +65,7 @@ import triton
 import triton.language as tl
 
 from onlinesm.kernels import KernelModule
-from onlinesm.kernels.launching import on_device
+from onlinesm.kernels.launching import cdiv, next_pow2, on_device
 from onlinesm.kernels.pinning import configs_pinned
 
 __all__ = [
@@ -769,15 +769,10 @@ def attention(
         mask_t = q  # never read (HAS_MASK=False); any valid pointer
         mask_strides = (0, 0, 0, 0)
 
-    block_d = max(16, triton.next_power_of_2(D))
+    block_d = max(16, next_pow2(D))
     causal_offset = (Sk - Sq) if (causal and causal_align == "bottom-right") else 0
-    strides = (
-        q.stride(0), q.stride(1), q.stride(2),
-        k.stride(0), k.stride(1), k.stride(2),
-        v.stride(0), v.stride(1), v.stride(2),
-        *mask_strides,
-        out.stride(0), out.stride(1), out.stride(2),
-    )
+    strides = (*q.stride()[:3], *k.stride()[:3], *v.stride()[:3], *mask_strides,
+               *out.stride()[:3])
     # The constexprs: each distinct combination is one compilation (see ATTN_DO_NOT_SPECIALIZE).
     common: dict[str, Any] = dict(
         BLOCK_D=block_d,
@@ -795,13 +790,13 @@ def attention(
         H, H // Hkv, Sq, Sk, D, causal_offset,
         scale * LOG2E,
         bool(return_lse),
-        triton.next_power_of_2(max(Sq, Sk)),
-        triton.next_power_of_2(B * H),
+        next_pow2(max(Sq, Sk)),
+        next_pow2(B * H),
     )
     config = launch_config(block_d, fp32=q.dtype == torch.float32, interpret=interpret)
     if interpret:
         cfg = interpret_config(Sk)
-        grid = (triton.cdiv(Sq, cfg["BLOCK_M"]), B * H)
+        grid = (cdiv(Sq, cfg["BLOCK_M"]), B * H)
         _attn_fwd[grid](*args, **cfg, **common)
     elif config is not None:
         bm, bn, stages, warps = config[:4]
@@ -810,7 +805,7 @@ def attention(
         # runs the fully specialised kernel, as the autotuned path does
         kernel = _attn_fwd if configs_pinned() else _attn_fwd_specialised
         with on_device(q.device):
-            kernel[(triton.cdiv(Sq, bm), B * H)](
+            kernel[(cdiv(Sq, bm), B * H)](
                 *args, BLOCK_M=bm, BLOCK_N=bn, num_stages=stages, num_warps=warps, **cap,
                 **common,
             )
@@ -822,12 +817,12 @@ def attention(
         config = _TUNED.get(key)
         with on_device(q.device):
             if config is None:
-                grid = lambda meta: (triton.cdiv(Sq, meta["BLOCK_M"]), B * H)  # noqa: E731
+                grid = lambda meta: (cdiv(Sq, meta["BLOCK_M"]), B * H)  # noqa: E731
                 with _TUNE_LOCK:  # the autotuner keeps its call's state on itself
                     _attn_fwd_tuned[grid](*args, **common)
                     _TUNED[key] = _attn_fwd_tuned.best_config
             else:
-                _attn_fwd_specialised[(triton.cdiv(Sq, config.kwargs["BLOCK_M"]), B * H)](
+                _attn_fwd_specialised[(cdiv(Sq, config.kwargs["BLOCK_M"]), B * H)](
                     *args, **config.all_kwargs(), **common)
     if return_lse:
         return out, lse

@@ -75,6 +75,7 @@ import triton
 import triton.language as tl
 
 from onlinesm.kernels import softmax_plan as _plan_module
+from onlinesm.kernels.launching import cdiv
 from onlinesm.kernels.launching import device_properties as _device_properties
 from onlinesm.kernels.launching import on_device
 from onlinesm.kernels.launching import sm_count as _sm_count
@@ -1168,7 +1169,7 @@ def _plan_launch(x2: torch.Tensor, y2: torch.Tensor, path: str, max_on_chip: int
     p, t, align, shift = _launch_plan(x2, y2, path, max_on_chip, tile, tuning)
     round_bf16 = INTERPRETED and x2.dtype == torch.bfloat16
     if p.path == "on_chip":
-        grid = (triton.cdiv(n_rows, p.rows_per_program),)
+        grid = (cdiv(n_rows, p.rows_per_program),)
         if p.stages > 1 and not INTERPRETED:
             grid = (min(grid[0], _sm_count(x2.device) * int(t["chip_programs_per_sm"])),)
         return _Launch("on_chip", _variant(_softmax_on_chip_kernel, _softmax_on_chip_specialised),

@@ -21,6 +21,7 @@ import difflib
 from typing import Any
 
 from onlinesm.kernels import interpreting
+from onlinesm.kernels.launching import next_pow2 as _pow2
 
 __all__ = ["TUNING", "PLAN_TABLE", "PATHS", "Plan", "plan", "SplitExchange", "split_exchange",
            "split_columns"]
@@ -553,10 +554,6 @@ def _chunking(n_cols: int, chunks: bool = True, tail: bool = False,
         if rest < block:  # (else one more block: the 3 chunks of the next power of two)
             covers.append((block, 3, rest))
     return min(covers, key=lambda c: c[0] * c[1] + c[2])
-
-
-def _pow2(n: int) -> int:
-    return 1 << max(0, (int(n) - 1).bit_length())
 
 
 def _tuning(n_cols: int, itemsize: int, path: str, tuning: dict[str, Any] | None,
