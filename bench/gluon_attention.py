@@ -289,11 +289,12 @@ def compile_offline(head_d: int, causal: bool, block_n: int | None = None,
         persistent = bool(persistent) or dynamic
         if q_buffers is None:  # as forward: the shipped launch's where it is its schedule
             q_buffers = ag._ws_q_buffers(head_d, causal, seq) if dynamic else 1
-        const = ag._ws_constexprs(head_d, block_n or ag._ws_block_n(head_d, warpgroups), causal,
-                                  num_buf or ag._ws_num_buf(warpgroups),
+        block_n = block_n or ag._ws_block_n(head_d, warpgroups)
+        num_buf = num_buf or ag._ws_num_buf(warpgroups)
+        const = ag._ws_constexprs(head_d, block_n, causal, num_buf,
                                   ag._ws_pv_overlap(head_d) if overlap_pv is None else overlap_pv,
-                                  warpgroups,
-                                  persistent, q_buffers, dynamic)
+                                  warpgroups, persistent, q_buffers, dynamic,
+                                  ag._ws_o_tma(head_d, warpgroups, block_n, num_buf, q_buffers))
         options = dict(num_warps=4, maxnreg=maxnreg or ag._ws_maxnreg(warpgroups))
     else:
         const = _constexprs(head_d, block_n or _block_n(head_d), causal, bool(overlap_pv))

@@ -369,21 +369,30 @@ def test_the_gluon_candidate_compiles_without_spills_or_serialised_wgmma():
     assert all(r["persistent"] for r in ws)
     assert [r["dynamic"] for r in ws] == [r["causal"] for r in ws]
     for r in rows + ws:
-        assert r["spill_bytes"] == 0 and not r["serialized"], r
+        assert r["spill_bytes"] <= _ws_spill_allowed(r) and not r["serialized"], r
         assert r["registers"] <= 255 and r["shared"] <= 227 * 1024, r
     assert all(r["registers"] <= 168 for r in ws), ws
 
 
+def _ws_spill_allowed(r: dict) -> int:
+    """Spill bytes a compiled launch may have: none, but 4 where four consumer warpgroups
+    run causal at 96 registers with o stored by TMA. That word is one value of the kernel's
+    shared prologue, stored once before the partitions split and loaded once at each
+    partition's start (nvdisasm: one STL, then one LDL per partition, none in a loop)."""
+    return 4 if r.get("warpgroups") == 4 and r["causal"] else 0
+
+
 def test_the_gluon_ws_launches_from_the_counter_compile_and_fit():
     # Every persistent launch taking its blocks from the counter (--bench-ws times them all)
-    # fits in shared memory with the block numbers' words; the causal ones, shipped (D = 64
-    # in four warpgroups at S = 4096), spill nothing (under triton 3.6, the H200's, D = 64
-    # spills 12 bytes; three warpgroups at D = 64, causal, spill 44-116: not shipped).
+    # fits in shared memory with the block numbers' words and o's buffers; the causal ones,
+    # shipped (D = 64 in four warpgroups at S = 4096), spill at most a word of the prologue
+    # (_ws_spill_allowed; three warpgroups at D = 64, causal, spill 124-304 bytes: not
+    # shipped from the counter).
     rows = _gluon_offline("--ws", "--dynamic")
     assert len(rows) == 4 and all(r["dynamic"] and r["persistent"] for r in rows), rows
     for r in rows:
         assert r["shared"] <= 227 * 1024 and not r["serialized"], r
-        assert not r["causal"] or r["spill_bytes"] == 0, r
+        assert not r["causal"] or r["spill_bytes"] <= _ws_spill_allowed(r), r
 
 
 def test_the_gluon_ws_launch_candidates_compile_without_spills():
@@ -542,21 +551,17 @@ def test_the_gluon_kernel_says_why_a_call_is_not_its_own():
     assert "a scale of magnitude at least 1e-30 (got 0)" in ag.fits(q, q, q, scale=0.0)
     assert "magnitude at least" in ag.fits(q, q, q, scale=-1e-31)
     assert "magnitude at least" not in ag.fits(q, q, q, scale=-1e-29)  # "a CUDA device"
-    # where it pays (measured on the H200): from S = 1024 (D = 128 causal too), D = 64
-    # causal from 16k
-    assert ag.pays(torch.zeros(1, 1, 1024, 128)) and not ag.pays(torch.zeros(1, 1, 512, 128))
-    assert ag.pays(torch.zeros(1, 1, 1024, 64)) and not ag.pays(torch.zeros(1, 1, 512, 64))
-    assert ag.pays(torch.zeros(1, 1, 1024, 128), causal=True)
-    assert not ag.pays(torch.zeros(1, 1, 512, 128), causal=True)
-    assert ag.pays(torch.zeros(1, 1, 2048, 64), causal=True)
-    assert not ag.pays(torch.zeros(1, 1, 1024, 64), causal=True)
+    # where it pays (measured on the H200): from S = 1024, causal or not
+    for d, causal in itertools.product((64, 128), (False, True)):
+        assert ag.pays(torch.zeros(1, 1, 1024, d), causal=causal), (d, causal)
+        assert not ag.pays(torch.zeros(1, 1, 512, d), causal=causal), (d, causal)
     # the launch: three consumer warpgroups at D = 64 (four below S = 2048, in key tiles of
-    # 64 with four buffers and 96 registers at launch; causal, four below 8192), two at
-    # D = 128; persistent without causal, and causal with blocks from the counter at D = 128
-    # below 16k and at D = 64 below 8192
+    # 64 with four buffers and 96 registers at launch; causal, two below 4096 in key tiles
+    # of 128, four below 8192), two at D = 128; persistent without causal, and causal with
+    # blocks from the counter at D = 128 below 16k and at D = 64 below 8192
     assert (ag._ws_warpgroups(64), ag._ws_warpgroups(128)) == (3, 2)
-    assert [ag._ws_warpgroups(64, s, causal=True) for s in (2048, 2176, 8064, 8192)] == [
-        4, 4, 4, 3]
+    assert [ag._ws_warpgroups(64, s, causal=True) for s in (1024, 3968, 4096, 8064, 8192)] == [
+        2, 2, 4, 4, 3]
     assert ag._ws_warpgroups(128, 4096, causal=True) == 2
     # below 2048 four, unless three leave fewer rows of the last block past S
     seqs = (1024, 1152, 1280, 1408, 1536, 1664, 1792, 1920, 2048)
@@ -569,9 +574,16 @@ def test_the_gluon_kernel_says_why_a_call_is_not_its_own():
     assert not ag._ws_dynamic(128, True, 16384) and not ag._ws_persistent(128, True, 16384)
     assert not ag._ws_dynamic(128, False, 4096) and not ag._ws_dynamic(64, False, 4096)
     assert ag._ws_dynamic(64, True, 4096) and not ag._ws_dynamic(64, True, 8192)
-    # two Q buffers where four warpgroups take causal blocks from the counter
+    # two Q buffers where the consumers take causal blocks from the counter at D = 64
     assert [ag._ws_q_buffers(64, True, s) for s in (1024, 2048, 4096, 8192)] == [2, 2, 2, 1]
     assert not any(ag._ws_q_buffers(d, c, 4096) == 2 for d, c in ((64, False), (128, True)))
+    # o leaves by TMA through a shared buffer per consumer where it fits beside Q and the
+    # ring: every D = 64 launch; not beside D = 128's three K/V buffers of 128 keys
+    for s, causal in itertools.product((1024, 2048, 4096, 8192, 16384), (False, True)):
+        wg = ag._ws_warpgroups(64, s, causal)
+        assert ag._ws_o_tma(64, wg, ag._ws_block_n(64, wg), ag._ws_num_buf(wg),
+                            ag._ws_q_buffers(64, causal, s)), (s, causal, wg)
+    assert not ag._ws_o_tma(128, 2, 128, 3, 1) and ag._ws_o_tma(128, 2, 128, 2, 1)
     with pytest.raises(ValueError, match="the Gluon attention kernel needs q, k, v of one shape"):
         ag.forward(q[:, :, :100], q, q)
 

@@ -4,25 +4,25 @@ What: FlashAttention-3's schedule written in Gluon (Triton's explicit-layout dia
 inputs it covers: 16-bit q, k, v of one shape [B, H, S, D] (no GQA, Sq == Sk), S a multiple
 of 128, D of 64 or 128, no mask, causal or not, on an sm_90 GPU. One warp only loads (a query
 block's Q, then K and V tiles through a ring of shared-memory buffers, by TMA), and two
-warpgroups of 4 warps each (at D = 64 three, mostly four below S = 2048, and causal four
-below 8192) own 64 query rows and take turns at the tensor cores: one issues its Q K^T and
-the previous tile's P V, hands the turn over, and does its softmax while the others' matmuls
-run; causal, a warpgroup hands on the turns of key tiles past its own diagonal. Without
-causal the launch is persistent: one program per SM walks query blocks, the producer loading
-the next block's tiles during the last one's epilogue; causal below S = 16k (D = 128) or 8k
-(D = 64) too, taking each next block from a counter in global memory (blocks differ in
-length there), and otherwise one program per block.
+warpgroups of 4 warps each (at D = 64 three, mostly four below S = 2048; causal two below
+4096, four below 8192) own 64 query rows and take turns at the tensor cores: one issues its
+Q K^T and the previous tile's P V, hands the turn over, and does its softmax while the
+others' matmuls run; causal, a warpgroup hands on the turns of key tiles past its own
+diagonal. Without causal the launch is persistent: one program per SM walks query blocks,
+the producer loading the next block's tiles during the last one's epilogue; causal below
+S = 16k (D = 128) or 8k (D = 64) too, taking each next block from a counter in global memory
+(blocks differ in length there), and otherwise one program per block. Where shared memory
+has room (D = 64), each block's o leaves through a shared buffer by one TMA store.
 
 Why: the Triton kernel (attention.py) cannot overlap a tile's softmax with matmuls (Triton
 waits for a wgmma at once when its result feeds anything but another wgmma), which held it at
 0.72-0.86 of cuDNN at D = 128. This one reaches 0.97-1.10 there on an H200 (medians of 2-4,
 S >= 4096, bf16 and fp16), and 0.98-1.11 at D = 64 (S >= 2048 without causal, 4k causal;
-0.98 at S = 1024 without causal, causal 0.95-0.96 at S = 2048;
+1.01-1.02 at S = 1024 without causal, causal 0.94 at 1024 and 0.97-0.99 at 2048;
 reports/h200/bench_attention.md).
 
 Status: on by default. ``attention()`` runs it for the calls it covers (:func:`fits`) where it
-is the faster kernel (:func:`pays`: from S = 1024 without causal, from 1024 (D = 128) and
-2048 (D = 64) causal), unless
+is the faster kernel (:func:`pays`: from S = 1024), unless
 ``ONLINESM_ATTENTION_GLUON=0`` (``use_gluon(False)``) or a pinned Triton config
 (``ONLINESM_ATTENTION_CONFIG``) says otherwise. Its oracle tests and ``onlinesm check``
 through ``attention()`` pass on the H200.
@@ -41,6 +41,7 @@ from typing import Any
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared,
     mbarrier,
     tma,
     warpgroup_mma,
@@ -53,6 +54,8 @@ __all__ = ["fits", "pays", "forward", "WS_BLOCK_M"]
 
 #: TMA from global to shared memory (renamed async_load after triton 3.6)
 _tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
+#: TMA from shared to global memory (renamed async_store after triton 3.6)
+_tma_store = getattr(tma, "async_store", None) or tma.async_copy_shared_to_global
 #: A barrier of the partition's warps (renamed barrier after triton 3.6)
 _partition_barrier = getattr(gl, "thread_barrier", None) or gl.barrier
 
@@ -105,7 +108,8 @@ WS_BLOCK_M = 2 * WS_ROWS  # query rows per block of two warpgroups: S must be a 
 WS_NUM_BUF = 3  # K/V buffers in the ring (D = 128: 3 x 64 KB + Q's 32 KB of the 227 KB)
 WS_MAXNREG = 168  # 12 warps (3 warpgroups) x 168 = the SM's 64k registers for one program
 # _attn_fwd_ws asks for 240 per thread for the second consumer warpgroup and 24 for the
-# producer's (setmaxnreg); triton 3.6 emits no setmaxnreg, so there every warp runs at 168.
+# producer's (setmaxnreg: the USETMAXREG instructions are in the SASS of triton 3.6's
+# cubin too, by nvdisasm).
 
 
 @gluon.jit
@@ -183,7 +187,7 @@ def _ws_producer(smem, bars, ptrs, seq, n_blocks, n_work, WG: gl.constexpr,
             work = _ws_lane0(taken)
         # No block left: tell the consumers through the next Q slot (a plain arrive completes
         # its phase, as no copy is expected), with n_work for the block number.
-        q_smem, k_smem, v_smem, work_smem = smem
+        q_smem, k_smem, v_smem, work_smem, o_smem = smem
         Q_BUFS: gl.constexpr = q_smem.shape[0] // NUM_WG
         slot = it % Q_BUFS
         mbarrier.wait(q_empty.index(slot), ((it // Q_BUFS) & 1) ^ 1)
@@ -209,7 +213,7 @@ def _ws_produce_block(work, g, it, q_desc, k_desc, v_desc, smem, bars, seq, n_bl
                       CAUSAL: gl.constexpr, NUM_WG: gl.constexpr, PERSISTENT: gl.constexpr):
     """Loads of query block ``work``, the program's block number ``it``, whose first key
     tile takes the ring's place ``g``; returns its key tiles."""
-    q_smem, k_smem, v_smem, work_smem = smem
+    q_smem, k_smem, v_smem, work_smem, o_smem = smem
     q_bar, q_empty, ready, empty, turn = bars
     Q_BUFS: gl.constexpr = q_smem.shape[0] // NUM_WG  # Q of one block, or of two in turn
     slot = it % Q_BUFS
@@ -256,8 +260,8 @@ def _ws_lane0(taken):
 def _ws_publish_work(work_smem, slot, work):
     """The load warp writes the block number of Q slot ``slot`` where the consumers read it
     (_ws_read_work), before the arrive on that slot's barrier that orders the write."""
-    WORDS: gl.constexpr = gl.BlockedLayout([4], [32], [1], [0])
-    work_smem.index(slot).store(gl.full([128], work, gl.int32, WORDS))
+    WORDS: gl.constexpr = gl.BlockedLayout([1], [32], [1], [0])
+    work_smem.index(slot).store(gl.full([32], work, gl.int32, WORDS))
     _partition_barrier()  # every lane's write is done before lane 0 arrives
 
 
@@ -265,6 +269,9 @@ def _ws_publish_work(work_smem, slot, work):
 def _ws_read_work(work_smem, q_bar, it, Q_BUFS: gl.constexpr):
     """A consumer warpgroup's next block number (the program's block ``it``; n_work once
     none is left), once its Q slot's barrier has completed."""
+    # Every warp of the warpgroup reads all 32 words (the layout's 4 warps repeat the
+    # vector): the max that makes the scalar then stays within each warp, where 128 words
+    # spread over the 4 warps needed a reduction through shared memory and two barriers.
     WORDS: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
     slot = it % Q_BUFS
     mbarrier.wait(q_bar.index(slot), (it // Q_BUFS) & 1)
@@ -320,18 +327,28 @@ def _ws_consumer(smem, bars, ptrs, seq, n_blocks, n_work, WG: gl.constexpr,
     warpgroups'. In a block of n_tiles key tiles each warpgroup takes n_tiles + 1 turns: tile
     0's scores; tile j's scores with tile j - 1's P V; the last P V (causal: the turns of
     tiles past its own diagonal are handed on without a matmul). The NUM_WG warpgroups
-    take their turns round-robin, and the ring and the turns run on from block to block."""
+    take their turns round-robin, and the ring and the turns run on from block to block.
+    Where shared memory has room for it (``_ws_o_tma``), each block's o leaves through a
+    shared buffer of the warpgroup's by one TMA store."""
+    q_smem, k_smem, v_smem, work_smem, o_smem = smem
+    q_ptr, k_ptr, v_ptr, o_ptr, qk_scale_log2, counter_ptr = ptrs
+    O_TMA: gl.constexpr = o_smem.shape[1] == ROWS  # else a stub of 8 rows, unused
+    if O_TMA:  # the [B * H * S, D] view of o, as the load warp's descriptors of q, k, v
+        o_out = tma.make_tensor_descriptor(o_ptr, [seq * (n_work // n_blocks), HEAD_D],
+                                           [HEAD_D, 1], [ROWS, HEAD_D], SMEM)
+    else:
+        o_out = o_ptr
     if PERSISTENT == _DYNAMIC:  # the blocks the load warp took from the counter
-        q_smem, k_smem, v_smem, work_smem = smem
         q_bar, q_empty, ready, empty, turn = bars
         Q_BUFS: gl.constexpr = q_smem.shape[0] // NUM_WG
         g = 0  # K/V tiles consumed so far: the ring's position
         it = 0  # query blocks so far; this warpgroup's turns so far are g + it
         work = _ws_read_work(work_smem, q_bar, it, Q_BUFS)
         while work < n_work:
-            n_tiles = _ws_consume_block(work, g, it, smem, bars, ptrs, seq, n_blocks, n_work,
-                                        WG, ROWS, HEAD_D, BLOCK_N, NUM_BUF, S_LAYOUT, O_LAYOUT,
-                                        P_LAYOUT, CAUSAL, PV_OVERLAP, NUM_WG, PERSISTENT)
+            n_tiles = _ws_consume_block(work, g, it, smem, bars, ptrs, o_out, seq, n_blocks,
+                                        n_work, WG, ROWS, HEAD_D, BLOCK_N, NUM_BUF, S_LAYOUT,
+                                        O_LAYOUT, P_LAYOUT, CAUSAL, PV_OVERLAP, NUM_WG,
+                                        PERSISTENT)
             g += n_tiles
             it += 1
             work = _ws_read_work(work_smem, q_bar, it, Q_BUFS)
@@ -339,27 +356,31 @@ def _ws_consumer(smem, bars, ptrs, seq, n_blocks, n_work, WG: gl.constexpr,
         g = 0  # K/V tiles consumed so far: the ring's position
         it = 0  # query blocks so far; this warpgroup's turns so far are g + it
         for work in range(gl.program_id(0), n_work, gl.num_programs(0)):
-            n_tiles = _ws_consume_block(work, g, it, smem, bars, ptrs, seq, n_blocks, n_work,
-                                        WG, ROWS, HEAD_D, BLOCK_N, NUM_BUF, S_LAYOUT, O_LAYOUT,
-                                        P_LAYOUT, CAUSAL, PV_OVERLAP, NUM_WG, PERSISTENT)
+            n_tiles = _ws_consume_block(work, g, it, smem, bars, ptrs, o_out, seq, n_blocks,
+                                        n_work, WG, ROWS, HEAD_D, BLOCK_N, NUM_BUF, S_LAYOUT,
+                                        O_LAYOUT, P_LAYOUT, CAUSAL, PV_OVERLAP, NUM_WG,
+                                        PERSISTENT)
             g += n_tiles
             it += 1
     else:
-        _ws_consume_block(gl.program_id(0), 0, 0, smem, bars, ptrs, seq, n_blocks, n_work, WG,
-                          ROWS, HEAD_D, BLOCK_N, NUM_BUF, S_LAYOUT, O_LAYOUT, P_LAYOUT, CAUSAL,
-                          PV_OVERLAP, NUM_WG, PERSISTENT)
+        _ws_consume_block(gl.program_id(0), 0, 0, smem, bars, ptrs, o_out, seq, n_blocks,
+                          n_work, WG, ROWS, HEAD_D, BLOCK_N, NUM_BUF, S_LAYOUT, O_LAYOUT,
+                          P_LAYOUT, CAUSAL, PV_OVERLAP, NUM_WG, PERSISTENT)
+    if O_TMA:  # the shared buffer must outlive the last store's read of it
+        tma.store_wait(0)
 
 
 @gluon.jit
-def _ws_consume_block(work, g, it, smem, bars, ptrs, seq, n_blocks, n_work, WG: gl.constexpr,
-                      ROWS: gl.constexpr, HEAD_D: gl.constexpr, BLOCK_N: gl.constexpr,
-                      NUM_BUF: gl.constexpr, S_LAYOUT: gl.constexpr, O_LAYOUT: gl.constexpr,
-                      P_LAYOUT: gl.constexpr, CAUSAL: gl.constexpr, PV_OVERLAP: gl.constexpr,
-                      NUM_WG: gl.constexpr, PERSISTENT: gl.constexpr):
+def _ws_consume_block(work, g, it, smem, bars, ptrs, o_out, seq, n_blocks, n_work,
+                      WG: gl.constexpr, ROWS: gl.constexpr, HEAD_D: gl.constexpr,
+                      BLOCK_N: gl.constexpr, NUM_BUF: gl.constexpr, S_LAYOUT: gl.constexpr,
+                      O_LAYOUT: gl.constexpr, P_LAYOUT: gl.constexpr, CAUSAL: gl.constexpr,
+                      PV_OVERLAP: gl.constexpr, NUM_WG: gl.constexpr, PERSISTENT: gl.constexpr):
     """Warpgroup WG's rows of query block ``work``, the program's block number ``it``, whose
     first key tile sits at the ring's place ``g`` (the warpgroup's turns before it: g + it);
-    returns its key tiles."""
-    q_smem, k_smem, v_smem, work_smem = smem
+    returns its key tiles. o_out: o's TMA descriptor where o leaves through shared memory,
+    else its pointer."""
+    q_smem, k_smem, v_smem, work_smem, o_smem = smem
     q_bar, q_empty, ready, empty, turn = bars
     q_ptr, k_ptr, v_ptr, o_ptr, qk_scale_log2, counter_ptr = ptrs
     dtype: gl.constexpr = q_ptr.dtype.element_ty
@@ -440,14 +461,26 @@ def _ws_consume_block(work, g, it, smem, bars, ptrs, seq, n_blocks, n_work, WG: 
         for j in range(n_own, n_tiles):
             _ws_pass_turn(g + j, g + it + j + 1, ready, empty, turn, WG, NEXT, NUM_BUF)
     o = acc / gl.convert_layout(l_i, gl.SliceLayout(1, O_LAYOUT))[:, None]
-    o_rows = row0 + gl.arange(0, ROWS, layout=gl.SliceLayout(1, O_LAYOUT))
-    o_cols = gl.arange(0, HEAD_D, layout=gl.SliceLayout(0, O_LAYOUT))
-    o_ptrs = (o_ptr + head_row.to(gl.int64) * HEAD_D  # this (batch, head)'s [S, D]
-              + (o_rows[:, None] * HEAD_D + o_cols[None, :]))
-    if WHOLE:  # S is a multiple of 128: every block is whole
-        gl.store(o_ptrs, o.to(dtype))
-    else:  # the last block may end past S
-        gl.store(o_ptrs, o.to(dtype), mask=(o_rows < seq)[:, None])
+    O_TMA: gl.constexpr = o_smem.shape[1] == ROWS  # else a stub of 8 rows, unused
+    if O_TMA:  # o through shared memory and one TMA store
+        # The store's 128-byte lines replace 4-byte stores per thread that fill half of
+        # each 32-byte sector they touch, and the warps go on without waiting for it: only
+        # the next block's epilogue waits, for this store to have read the buffer.
+        o_buf = o_smem.index(WG)
+        tma.store_wait(0)  # the last block's store has read the buffer (then a barrier)
+        o_buf.store(o.to(dtype))
+        fence_async_shared()  # the writes, visible to the TMA unit's reads
+        if WHOLE or row0 < seq:  # rows past S would land on the next head's
+            _tma_store(o_out, [head_row + row0, 0], o_buf)
+    else:
+        o_rows = row0 + gl.arange(0, ROWS, layout=gl.SliceLayout(1, O_LAYOUT))
+        o_cols = gl.arange(0, HEAD_D, layout=gl.SliceLayout(0, O_LAYOUT))
+        o_ptrs = (o_out + head_row.to(gl.int64) * HEAD_D  # this (batch, head)'s [S, D]
+                  + (o_rows[:, None] * HEAD_D + o_cols[None, :]))
+        if WHOLE:  # S is a multiple of 128: every block is whole
+            gl.store(o_ptrs, o.to(dtype))
+        else:  # the last block may end past S
+            gl.store(o_ptrs, o.to(dtype), mask=(o_rows < seq)[:, None])
     return n_tiles
 
 
@@ -486,21 +519,26 @@ def _attn_fwd_ws(q_ptr, k_ptr, v_ptr, o_ptr, counter_ptr, seq, n_blocks, n_work,
                  NUM_BUF: gl.constexpr, SMEM: gl.constexpr, S_LAYOUT: gl.constexpr,
                  O_LAYOUT: gl.constexpr, P_LAYOUT: gl.constexpr, CAUSAL: gl.constexpr,
                  PV_OVERLAP: gl.constexpr, NUM_WG: gl.constexpr,
-                 PERSISTENT: gl.constexpr, Q_BUFS: gl.constexpr):
+                 PERSISTENT: gl.constexpr, Q_BUFS: gl.constexpr, O_TMA: gl.constexpr):
     """n_work query blocks (n_blocks per (batch, head)), program i taking blocks i, i + P,
     i + 2P, ... of P programs: one block each when launched with one program per block, or
     persistent, one program per SM walking many (Q_BUFS = 2: the next block's Q loads into
     the other buffer while this block runs); or (PERSISTENT == _DYNAMIC) one program per SM
-    taking the next block from the int32 at counter_ptr (zero at launch)."""
+    taking the next block from the int32 at counter_ptr (zero at launch). O_TMA: o leaves
+    through shared memory by TMA (``_ws_o_tma``)."""
     dtype: gl.constexpr = q_ptr.dtype.element_ty
     q_smem = gl.allocate_shared_memory(dtype, [Q_BUFS * NUM_WG, ROWS, HEAD_D], SMEM)
     k_smem = gl.allocate_shared_memory(dtype, [NUM_BUF, BLOCK_N, HEAD_D], SMEM)
     v_smem = gl.allocate_shared_memory(dtype, [NUM_BUF, BLOCK_N, HEAD_D], SMEM)
     # The block number of each Q slot, for launches that take blocks from the counter: one
-    # word repeated 128 times, so that the load warp and a consumer warpgroup each move it
-    # in one instruction of their own layout.
+    # word repeated 32 times, so that the load warp writes it in one instruction and each
+    # consumer warp reads it in one.
     work_smem = gl.allocate_shared_memory(
-        gl.int32, [Q_BUFS, 128], gl.SwizzledSharedLayout(1, 1, 1, order=[0]))
+        gl.int32, [Q_BUFS, 32], gl.SwizzledSharedLayout(1, 1, 1, order=[0]))
+    # Each consumer warpgroup's o on its way out by TMA; where it does not fit (O_TMA
+    # false), a stub of 8 rows that no one uses, so that every launch has the same buffers.
+    o_smem = gl.allocate_shared_memory(
+        dtype, [NUM_WG, ROWS, HEAD_D] if O_TMA else [1, 8, HEAD_D], SMEM)
     q_bar = gl.allocate_shared_memory(gl.int64, [Q_BUFS, 1], mbarrier.MBarrierLayout())
     q_empty = gl.allocate_shared_memory(gl.int64, [Q_BUFS, 1], mbarrier.MBarrierLayout())
     ready = gl.allocate_shared_memory(gl.int64, [NUM_BUF, 1], mbarrier.MBarrierLayout())
@@ -515,7 +553,7 @@ def _attn_fwd_ws(q_ptr, k_ptr, v_ptr, o_ptr, counter_ptr, seq, n_blocks, n_work,
     for i in gl.static_range(NUM_WG):
         mbarrier.init(turn.index(i), count=1)
     mbarrier.arrive(turn.index(0), count=1)  # warpgroup 0 goes first
-    smem = (q_smem, k_smem, v_smem, work_smem)
+    smem = (q_smem, k_smem, v_smem, work_smem, o_smem)
     bars = (q_bar, q_empty, ready, empty, turn)
     ptrs = (q_ptr, k_ptr, v_ptr, o_ptr, qk_scale_log2, counter_ptr)
     # One signature for every partition: (shared buffers, barriers, pointers, scalars, which
@@ -573,23 +611,43 @@ def _attn_fwd_ws(q_ptr, k_ptr, v_ptr, o_ptr, counter_ptr, seq, n_blocks, n_work,
 def _ws_constexprs(head_d: int, block_n: int, causal: bool, num_buf: int = WS_NUM_BUF,
                    pv_overlap: bool = False, warpgroups: int = 2,
                    persistent: bool = False, q_buffers: int = 1,
-                   dynamic: bool = False) -> dict[str, Any]:
+                   dynamic: bool = False, o_tma: bool = False) -> dict[str, Any]:
     """The warp-specialized kernel's compile-time arguments (4-warp consumer layouts;
     ``warpgroups`` consumers of 64 query rows each, 2, 3 or 4; ``persistent``: one program per
     SM walking the query blocks, ``dynamic``: taking them from a counter; ``q_buffers``: 2
-    lets it load the next block's Q during this one)."""
+    lets it load the next block's Q during this one; ``o_tma``: o leaves through shared
+    memory by TMA, :func:`_ws_o_tma`)."""
     schedule = _DYNAMIC if dynamic else _STATIC if persistent else _ONE_PER_BLOCK
     o_layout = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                          instr_shape=[16, head_d, 16])
     return dict(
         ROWS=WS_ROWS, HEAD_D=head_d, BLOCK_N=block_n, NUM_BUF=num_buf, CAUSAL=causal,
         PV_OVERLAP=pv_overlap, NUM_WG=warpgroups, PERSISTENT=schedule.value, Q_BUFS=q_buffers,
+        O_TMA=o_tma,
         SMEM=gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2),
         S_LAYOUT=gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                            instr_shape=[16, block_n, 16]),
         O_LAYOUT=o_layout,
         P_LAYOUT=gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2),
     )
+
+
+#: Shared memory one program may take on the H100 and H200
+_SMEM_BYTES = 227 * 1024
+
+
+def _ws_o_tma(head_d: int, warpgroups: int, block_n: int, num_buf: int,
+              q_buffers: int) -> bool:
+    """Whether o leaves through a shared buffer per consumer and one TMA store per block:
+    where the buffers fit beside Q's and the K/V ring (every launch at D = 64; at D = 128
+    three K/V buffers of 128 keys and Q take 224 of the 227 KB). On the H200 at D = 64,
+    S = 1024 causal, the threads' own stores of o held the warps 4% of their time (ncu's
+    warp-state samples) and wrote each 32-byte sector half full."""
+    elem = 2  # bytes of a 16-bit element
+    q = q_buffers * warpgroups * WS_ROWS * head_d * elem
+    kv = 2 * num_buf * block_n * head_d * elem
+    o = warpgroups * WS_ROWS * head_d * elem
+    return q + kv + o + 1024 <= _SMEM_BYTES  # 1 KB: the barriers and block numbers
 
 
 def _ws_maxnreg(warpgroups: int) -> int:
@@ -607,13 +665,16 @@ def _ws_pv_overlap(head_d: int) -> bool:
 
 
 def _ws_warpgroups(head_d: int, seq: int = 4096, causal: bool = False) -> int:
-    """Consumer warpgroups of the shipped launch: causal at D = 64, four below S = 8192 (in
-    256-row blocks of 64-key tiles each warpgroup hands on 3 / 2 / 1 / 0 turns past its
-    diagonal; on the H200, bf16, of cuDNN, medians of 3: S = 2048 / 4096 0.90 / 0.94 against
-    three's 0.79 / 0.91, both from the counter) and three from it (8192 / 16,384: 0.98 /
-    1.04 against four's 0.93 / 1.00). Otherwise three at D = 64 (192-row blocks, as
-    FlashAttention-3 runs it; on the H200, bf16, of cuDNN: S = 4096 0.94 against two's 0.87,
-    16,384 1.04 against 0.92, causal 16,384 1.00 against 0.95), four at D = 64 below S = 2048
+    """Consumer warpgroups of the shipped launch: causal at D = 64, two below S = 4096 (128-row
+    blocks in key tiles of 128, cuDNN's own shape; since o leaves by TMA, on the H200, bf16,
+    of cuDNN, two runs, all from the counter with two Q buffers: S = 1024 / 2048 / 3072
+    0.94 / 0.97-1.01 / 0.97 against four's 0.79 / 0.93-0.95 / 0.97-0.98), four from 4096
+    (in 256-row blocks of 64-key tiles each warpgroup hands on 3 / 2 / 1 / 0 turns past its
+    diagonal; 4096: 1.01-1.03 against two's 0.98-1.00) and three from 8192 (one program
+    per block, 8192 / 16,384: 1.05-1.06 / 1.13-1.14 against four's 1.02 / 1.07-1.11).
+    Otherwise three at D = 64 (192-row blocks, as FlashAttention-3 runs it; on the H200,
+    bf16, of cuDNN: S = 4096 0.94 against two's 0.87, 16,384 1.04 against 0.92, causal
+    16,384 1.00 against 0.95), four at D = 64 below S = 2048
     (256-row blocks in key tiles of 64, four K/V buffers: S = 1024 0.93 against three's 0.87
     and the Triton kernel's 0.88, one run; S = 2048 0.95 against three's 0.97) unless three
     leave fewer rows past S in the last block: there the rows past S cost four warpgroups a
@@ -624,7 +685,7 @@ def _ws_warpgroups(head_d: int, seq: int = 4096, causal: bool = False) -> int:
     if head_d != 64:
         return 2
     if causal:
-        return 4 if seq < 8192 else 3
+        return 2 if seq < 4096 else 4 if seq < 8192 else 3
     if seq >= 2048:
         return 3
     # rows of the last block past S, in blocks of three and of four warpgroups
@@ -645,7 +706,10 @@ def _ws_persistent(head_d: int, causal: bool, seq: int) -> bool:
 def _ws_dynamic(head_d: int, causal: bool, seq: int) -> bool:
     """Whether the shipped launch is persistent with its blocks taken from a counter, in the
     order one program per block runs them (as FlashAttention-3's tile scheduler): causal at
-    D = 128 below S = 16,384 and at D = 64 below 8192 (four warpgroups). On the H200 (bf16,
+    D = 128 below S = 16,384 and at D = 64 below 8192. At D = 64, S = 8192 three warpgroups
+    from the counter with two Q buffers ran 1.08-1.11 of cuDNN against one program per
+    block's 1.05-1.06 (two runs, twenty-first round), but spill 124-304 bytes: not shipped.
+    At D = 128 (H200, bf16,
     of cuDNN, medians of 3 in one run: ``python bench/gluon_attention.py --bench-ws
     --shipped-only --causal yes --dims 128 --schedules 0,3``) it ran 0.85 / 0.95 / 0.99 at
     S = 2048 / 4096 / 8192 against one program per block's 0.79 / 0.92 / 0.98 (S = 1024,
@@ -657,9 +721,10 @@ def _ws_dynamic(head_d: int, causal: bool, seq: int) -> bool:
 
 
 def _ws_q_buffers(head_d: int, causal: bool, seq: int) -> int:
-    """Q buffers of the shipped launch: two where four warpgroups take causal blocks from the
-    counter (D = 64 below S = 8192), so that the next block's Q loads while this block's
-    last tiles run; one elsewhere. On the H200 (bf16, of cuDNN, three runs in one call:
+    """Q buffers of the shipped launch: two where the consumers take causal blocks from the
+    counter at D = 64 (below S = 8192: two or four warpgroups), so that the next block's Q
+    loads while this block's last tiles run; one elsewhere. On the H200 (bf16, of cuDNN,
+    three runs in one call, four warpgroups:
     ``python bench/gluon_attention.py --bench-ws --dims 64 --seqs 1024,2048,4096 --causal yes
     --candidates 8 --schedules 3,4``) two ran 281 / 367-370 / 414-424 TFLOP/s against one's
     272-274 / 359-361 / 409-415 at S = 1024 / 2048 / 4096. At D = 128 two Q buffers do not
@@ -719,25 +784,20 @@ def fits(q: Any, k: Any, v: Any, *, mask: Any = None, return_lse: bool = False,
 
 
 def pays(q: Any, causal: bool = False) -> bool:
-    """Whether the kernel beats the Triton one for q's shape: without causal from S = 1024
-    (at D = 64 mostly in four consumer warpgroups below 2048); causal from 1024 at D = 128 and
-    from 2048 at D = 64. Measured on the H200 (bf16, of cuDNN): without causal, persistent,
-    0.83-0.87 against 0.73 at D = 128, S = 1024, 0.98 against 0.91 at D = 64, S = 2048, and
-    0.93-1.09 against 0.89-0.94 from 4096 (at D = 64, S = 1024 0.93 in four warpgroups
-    against 0.88, three ran 0.83-0.87); causal, D = 128 0.83 against 0.74 at S = 1024, 0.90
-    against 0.77 at 2048 (medians of 3; the Triton kernel's one run) and 0.95-1.04 from
-    4096; causal, D = 64 (medians of 3 in one call) 0.90 / 0.94 / 0.98 / 1.04 against
-    0.88 / 0.91 / 0.91 / 0.94 at S = 2048 / 4096 / 8192 / 16,384; at S = 1024 the Triton
-    kernel keeps the call (0.86 against at best 0.85, four warpgroups with eight K/V buffers
-    and two Q buffers: reports/h200/bench_attention.md, eighteenth round).
+    """Whether the kernel beats the Triton one for q's shape: from S = 1024, causal or not.
+    Measured on the H200 (bf16, of cuDNN): without causal, persistent, 0.83-0.87 against 0.73
+    at D = 128, S = 1024, 0.98 against 0.91 at D = 64, S = 2048, and 0.93-1.09 against
+    0.89-0.94 from 4096 (at D = 64, S = 1024 0.93 in four warpgroups against 0.88, three ran
+    0.83-0.87); causal, D = 128 0.83 against 0.74 at S = 1024, 0.90 against 0.77 at 2048
+    (medians of 3; the Triton kernel's one run) and 0.95-1.04 from 4096; causal, D = 64,
+    through ``attention()`` (three runs in one call, since o leaves by TMA): 0.94 / 0.97-0.99
+    / 1.00-1.03 / 1.05-1.10 at S = 1024 / 2048 / 4096 / 8192, where the Triton kernel ran
+    0.86-0.88 at 1024 (reports/h200/bench_attention.md, twenty-first round).
 
     >>> pays(torch.empty(1, 16, 4096, 128))  # doctest: +SKIP
     True
     """
-    d, s = q.shape[-1], q.shape[-2]
-    if d == 128:
-        return s >= 1024
-    return s >= (2048 if causal else 1024)
+    return q.shape[-2] >= 1024
 
 
 def forward(q: Any, k: Any, v: Any, *, causal: bool = False, scale: float | None = None,
@@ -800,13 +860,15 @@ def forward(q: Any, k: Any, v: Any, *, causal: bool = False, scale: float | None
         programs = min(n_work, sm_count(q.device))
     # The counter the programs take blocks from (dynamic), zero at launch; else unused.
     counter = torch.zeros(1, dtype=torch.int32, device=q.device) if dynamic else o
+    block_n = block_n or _ws_block_n(d, wg)
+    num_buf = num_buf or _ws_num_buf(wg)
     with on_device(q.device):
         _attn_fwd_ws[(programs,)](
             q, k, v, o, counter, s, n_blocks, n_work, scale * 1.4426950408889634,  # log2(e)
-            **_ws_constexprs(d, block_n or _ws_block_n(d, wg), bool(causal),
-                             num_buf or _ws_num_buf(wg),
+            **_ws_constexprs(d, block_n, bool(causal), num_buf,
                              _ws_pv_overlap(d) if pv_overlap is None else bool(pv_overlap), wg,
-                             persistent, q_buffers, dynamic),
+                             persistent, q_buffers, dynamic,
+                             _ws_o_tma(d, wg, block_n, num_buf, q_buffers)),
             num_warps=4, maxnreg=maxnreg or _ws_maxnreg(wg))
     return o
 
