@@ -23,7 +23,8 @@
 #         gluon_tune: the warp-specialized kernel's launch candidates
 #         (bench/gluon_attention.py --bench-ws; GLUON_TUNE_ARGS e.g. "--seqs 4096 --dims 64");
 #         ncu: Nsight Compute on the launches that miss their speed targets (bench/ncu_targets.py;
-#         NCU_CASES: an extended regex of the cases to run, all by default);
+#         NCU_CASES: an extended regex of the cases to run, all by default), with each
+#         instruction's samples (bench/ncu_source.py);
 #         ab: a kernel change timed against the code before it, in the same call: bench/softmax.py
 #         on this tree and on each .xfer/<name>/ (another commit's src/ and strategies/, made
 #         with `mkdir -p .xfer/base && git archive HEAD src strategies | tar -x -C .xfer/base`;
@@ -127,11 +128,18 @@ for phase in "$@"; do
     ncu)
       python3 bench/ncu_targets.py --list | grep -E "^(${NCU_CASES:-.*}) " | while read -r case regex; do
         # the third call, inside ncu_targets.py's NVTX range (past compiling and autotuning)
+        # (also each instruction's warp-state samples: the source page, summed by
+        # bench/ncu_source.py into the cycles a warp spends in each part of the kernel)
         timeout 240 ncu --clock-control none -k "regex:$regex" --nvtx --nvtx-include onlinesm_profile/ \
           --launch-count 1 --section SpeedOfLight --section Occupancy --section LaunchStats \
           --section WarpStateStats --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis \
-          python3 bench/ncu_targets.py "$case" > "$OUT/ncu_$case.txt" 2>&1
+          --section SourceCounters --import-source no -f -o "/tmp/ncu_$case" \
+          python3 bench/ncu_targets.py "$case" > "$OUT/ncu_${case}_run.log" 2>&1
         echo "== ncu $case: rc=$? $((SECONDS - start)) s"
+        ncu -i "/tmp/ncu_$case.ncu-rep" --page details > "$OUT/ncu_$case.txt" 2>&1
+        ncu -i "/tmp/ncu_$case.ncu-rep" --page source --csv --print-source sass 2>/dev/null \
+          | gzip > "$OUT/ncu_${case}_source.csv.gz"
+        python3 bench/ncu_source.py "$OUT/ncu_${case}_source.csv.gz" --top 10 > "$OUT/ncu_${case}_source.md" 2>&1
         grep -a -E "No kernels were profiled|Memory Throughput|DRAM Throughput|Compute \(SM\) Throughput|Achieved Occupancy|Theoretical Occupancy|Registers Per Thread|Block Size|Grid Size|Dynamic Shared Memory Per|L2 Hit Rate|Duration|Warp Cycles Per Issued|Issue Slots Busy|Stall" "$OUT/ncu_$case.txt" | head -24
         start=$SECONDS
       done ;;
