@@ -6,10 +6,10 @@ the H200 (reports/h200/bench_attention.md):
 * ``attention(..., ws=True)`` / ``attention_ws``: the warp-specialized kernel of
   ``onlinesm.kernels.attention_gluon`` (a TMA producer warp, two or three consumer
   warpgroups taking turns at the tensor cores, persistent without causal, and causal at
-  D = 128 below 16k with blocks taken from a counter): 0.97-1.10 of cuDNN at D = 128,
-  S >= 4096 (medians of 2-4), 0.81-0.94 causal at 1024-2048, 0.99-1.11 at D = 64 from 2048
-  (4k causal), run by ``onlinesm.kernels.attention`` there (``ONLINESM_ATTENTION_GLUON=0``
-  turns it off).
+  D = 128 below 16k and D = 64 below 8k with blocks taken from a counter): 0.97-1.10 of
+  cuDNN at D = 128, S >= 4096 (medians of 2-4), 0.81-0.94 causal at 1024-2048, 0.99-1.11 at
+  D = 64 from 2048 (4k causal), 0.94 causal at 1024, run by ``onlinesm.kernels.attention``
+  there (``ONLINESM_ATTENTION_GLUON=0`` turns it off).
 * ``attention(...)``: one partition of two warpgroups (8 warps) owning 128 query rows, the
   next tile's Q K^T issued before this tile's softmax (FlashAttention-3's intra-warpgroup
   overlap), K and V through three buffers with cp.async: 0.69-0.82 of cuDNN, slower than
@@ -17,6 +17,7 @@ the H200 (reports/h200/bench_attention.md):
 
     python bench/gluon_attention.py --bench              # vs SDPA cuDNN / flash and onlinesm
     python bench/gluon_attention.py --offline [--ws]     # sm_90a compile: registers, spills
+    python bench/gluon_attention.py --offline --ws --seq 1024   # the launch shipped at 1024
     python bench/gluon_attention.py --offline --ws --sass   # + each turn's SASS by opcode
     python bench/gluon_attention.py --bench-ws           # the ws kernel's launch candidates
     onlinesm check bench/gluon_attention.py:attention_ws --op attention --dtypes \
@@ -466,6 +467,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="with --offline --ws: the persistent launch taking blocks from a "
                          "counter, causal or not")
     ap.add_argument("--seqs", default="1024,4096,16384")
+    ap.add_argument("--seq", type=int, default=4096,
+                    help="with --offline --ws: the sequence length whose shipped launch to "
+                         "compile (its warpgroups, key tile and schedule)")
     ap.add_argument("--dims", default="64,128")
     args = ap.parse_args(argv)
     dims = [int(d) for d in args.dims.split(",")]
@@ -480,7 +484,7 @@ def main(argv: list[str] | None = None) -> int:
             for causal in (False, True):
                 r = compile_offline(d, causal, overlap_pv=args.overlap_pv or None, ws=args.ws,
                                     dynamic=True if args.dynamic else None,
-                                    sass=args.sass and args.ws)
+                                    seq=args.seq, sass=args.sass and args.ws)
                 _print_compiled(r, f"{'ws ' if args.ws else ''}D={d} causal={causal} "
                                    f"BLOCK_N={r['block_n']}", args.json)
     if args.bench:

@@ -393,6 +393,11 @@ def test_the_gluon_ws_launches_from_the_counter_compile_and_fit():
     for r in rows:
         assert r["shared"] <= 227 * 1024 and not r["serialized"], r
         assert not r["causal"] or r["spill_bytes"] <= _ws_spill_allowed(r), r
+    # and the causal launch below S = 4096 at D = 64: two warpgroups in key tiles of 128,
+    # from the counter with two Q buffers, o by TMA
+    r = next(r for r in _gluon_offline("--ws", "--seq", "1024", "--dims", "64") if r["causal"])
+    assert (r["warpgroups"], r["block_n"], r["dynamic"], r["q_buffers"]) == (2, 128, True, 2), r
+    assert r["spill_bytes"] == 0 and not r["serialized"] and r["shared"] <= 227 * 1024, r
 
 
 def test_the_gluon_ws_launch_candidates_compile_without_spills():
