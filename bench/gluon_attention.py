@@ -294,8 +294,7 @@ def compile_offline(head_d: int, causal: bool, block_n: int | None = None,
         num_buf = num_buf or ag._ws_num_buf(warpgroups)
         const = ag._ws_constexprs(head_d, block_n, causal, num_buf,
                                   ag._ws_pv_overlap(head_d) if overlap_pv is None else overlap_pv,
-                                  warpgroups, persistent, q_buffers, dynamic,
-                                  ag._ws_o_tma(head_d, warpgroups, block_n, num_buf, q_buffers))
+                                  warpgroups, persistent, q_buffers, dynamic)
         options = dict(num_warps=4, maxnreg=maxnreg or ag._ws_maxnreg(warpgroups))
     else:
         const = _constexprs(head_d, block_n or _block_n(head_d), causal, bool(overlap_pv))

@@ -65,7 +65,7 @@ import triton
 import triton.language as tl
 
 from onlinesm.kernels import KernelModule
-from onlinesm.kernels.launching import cdiv, next_pow2, on_device
+from onlinesm.kernels.launching import SMEM_BYTES, cdiv, next_pow2, on_device
 from onlinesm.kernels.pinning import configs_pinned
 
 __all__ = [
@@ -501,16 +501,15 @@ _CONFIGS = [
     (64, 32, 2, 4),
 ]
 
-# The H100/H200 per-block limit is 227 KiB; a config that still runs out (compiler scratch)
-# is dropped by the autotuner (OutOfResources), never chosen.
-_SMEM_BYTES = 227 * 1024
+# The H100/H200 per-block limit (SMEM_BYTES); a config that still runs out (compiler
+# scratch) is dropped by the autotuner (OutOfResources), never chosen.
 
 
 def _fits(block_m: int, block_n: int, stages: int, block_d: int, elem_bytes: int) -> bool:
     """Whether the Q tile plus ``stages`` pipelined K and V tiles fit in shared memory, and the
     float32 accumulator (BLOCK_M x BLOCK_D per program) in registers."""
     smem = (block_m * block_d + 2 * stages * block_n * block_d) * elem_bytes
-    return smem <= _SMEM_BYTES and (block_m * block_d <= 128 * 128 or block_m <= 64)
+    return smem <= SMEM_BYTES and (block_m * block_d <= 128 * 128 or block_m <= 64)
 
 
 def _prune_configs(configs: list[Any], named_args: dict[str, Any], **kwargs: Any) -> list[Any]:

@@ -48,7 +48,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
-from onlinesm.kernels.launching import capability, on_device, sm_count
+from onlinesm.kernels.launching import SMEM_BYTES, capability, on_device, sm_count
 
 __all__ = ["fits", "pays", "forward", "WS_BLOCK_M"]
 
@@ -611,29 +611,25 @@ def _attn_fwd_ws(q_ptr, k_ptr, v_ptr, o_ptr, counter_ptr, seq, n_blocks, n_work,
 def _ws_constexprs(head_d: int, block_n: int, causal: bool, num_buf: int = WS_NUM_BUF,
                    pv_overlap: bool = False, warpgroups: int = 2,
                    persistent: bool = False, q_buffers: int = 1,
-                   dynamic: bool = False, o_tma: bool = False) -> dict[str, Any]:
+                   dynamic: bool = False) -> dict[str, Any]:
     """The warp-specialized kernel's compile-time arguments (4-warp consumer layouts;
     ``warpgroups`` consumers of 64 query rows each, 2, 3 or 4; ``persistent``: one program per
     SM walking the query blocks, ``dynamic``: taking them from a counter; ``q_buffers``: 2
-    lets it load the next block's Q during this one; ``o_tma``: o leaves through shared
-    memory by TMA, :func:`_ws_o_tma`)."""
+    lets it load the next block's Q during this one; o leaves through shared memory by TMA
+    where it fits, :func:`_ws_o_tma`)."""
     schedule = _DYNAMIC if dynamic else _STATIC if persistent else _ONE_PER_BLOCK
     o_layout = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                          instr_shape=[16, head_d, 16])
     return dict(
         ROWS=WS_ROWS, HEAD_D=head_d, BLOCK_N=block_n, NUM_BUF=num_buf, CAUSAL=causal,
         PV_OVERLAP=pv_overlap, NUM_WG=warpgroups, PERSISTENT=schedule.value, Q_BUFS=q_buffers,
-        O_TMA=o_tma,
+        O_TMA=_ws_o_tma(head_d, warpgroups, block_n, num_buf, q_buffers),
         SMEM=gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2),
         S_LAYOUT=gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                            instr_shape=[16, block_n, 16]),
         O_LAYOUT=o_layout,
         P_LAYOUT=gl.DotOperandLayout(operand_index=0, parent=o_layout, k_width=2),
     )
-
-
-#: Shared memory one program may take on the H100 and H200
-_SMEM_BYTES = 227 * 1024
 
 
 def _ws_o_tma(head_d: int, warpgroups: int, block_n: int, num_buf: int,
@@ -647,7 +643,7 @@ def _ws_o_tma(head_d: int, warpgroups: int, block_n: int, num_buf: int,
     q = q_buffers * warpgroups * WS_ROWS * head_d * elem
     kv = 2 * num_buf * block_n * head_d * elem
     o = warpgroups * WS_ROWS * head_d * elem
-    return q + kv + o + 1024 <= _SMEM_BYTES  # 1 KB: the barriers and block numbers
+    return q + kv + o + 1024 <= SMEM_BYTES  # 1 KB: the barriers and block numbers
 
 
 def _ws_maxnreg(warpgroups: int) -> int:
@@ -867,8 +863,7 @@ def forward(q: Any, k: Any, v: Any, *, causal: bool = False, scale: float | None
             q, k, v, o, counter, s, n_blocks, n_work, scale * 1.4426950408889634,  # log2(e)
             **_ws_constexprs(d, block_n, bool(causal), num_buf,
                              _ws_pv_overlap(d) if pv_overlap is None else bool(pv_overlap), wg,
-                             persistent, q_buffers, dynamic,
-                             _ws_o_tma(d, wg, block_n, num_buf, q_buffers)),
+                             persistent, q_buffers, dynamic),
             num_warps=4, maxnreg=maxnreg or _ws_maxnreg(wg))
     return o
 

@@ -24,7 +24,11 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["device_properties", "sm_count", "capability", "on_device", "cdiv", "next_pow2"]
+__all__ = ["device_properties", "sm_count", "capability", "on_device", "cdiv", "next_pow2",
+           "SMEM_BYTES"]
+
+#: Shared memory one program may take on the H100 and H200 (227 KiB of the SM's 228)
+SMEM_BYTES = 227 * 1024
 
 
 def cdiv(a: int, b: int) -> int:
