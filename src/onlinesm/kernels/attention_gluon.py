@@ -279,15 +279,16 @@ def _ws_read_work(work_smem, q_bar, it, Q_BUFS: gl.constexpr):
 
 
 @gluon.jit
-def _ws_step(j, c, t, q, k_smem, v_smem, ready, empty, turn, p_op, acc, m_i, l_i, zeros_s,
-             offs_m, qk_scale_log2, WG: gl.constexpr, NEXT: gl.constexpr, BLOCK_N: gl.constexpr,
+def _ws_step(c, t, q, k_smem, v_smem, ready, empty, turn, p_op, acc, m_i, l_i, zeros_s,
+             diag_last, qk_scale_log2, WG: gl.constexpr, NEXT: gl.constexpr, BLOCK_N: gl.constexpr,
              NUM_BUF: gl.constexpr, MASK: gl.constexpr, S_LAYOUT: gl.constexpr,
              O_LAYOUT: gl.constexpr, P_LAYOUT: gl.constexpr, PV_OVERLAP: gl.constexpr):
     """Turn j of a consumer warpgroup in its block: tile j's scores and tile j - 1's P V on
     the tensor cores, then tile j's softmax while the other warpgroups' matmuls run
     (``PV_OVERLAP``: and while this warpgroup's own P V still runs). c is tile j's place in
     the ring (tiles since the program began), t the warpgroup's turns since then, NEXT the
-    warpgroup whose turn follows."""
+    warpgroup whose turn follows; with ``MASK`` tile j meets the warpgroup's diagonal, each
+    row's last visible column there in ``diag_last``."""
     b = c % NUM_BUF
     b_prev = (c - 1) % NUM_BUF
     mbarrier.wait(ready.index(b), (c // NUM_BUF) & 1)  # K and V of tile j landed
@@ -299,16 +300,16 @@ def _ws_step(j, c, t, q, k_smem, v_smem, ready, empty, turn, p_op, acc, m_i, l_i
     if PV_OVERLAP:
         # wgmma groups complete in order: one left outstanding is P V, the scores are done.
         s = warpgroup_mma_wait(1, deps=[s])
-        p, alpha, m_i, l_i = _softmax_tile(s, m_i, l_i, j, offs_m, qk_scale_log2, BLOCK_N,
-                                           MASK, S_LAYOUT)
+        p, alpha, m_i, l_i = _softmax_tile(s, m_i, l_i, 0, diag_last, qk_scale_log2,
+                                           BLOCK_N, MASK, S_LAYOUT)
         acc = warpgroup_mma_wait(0, deps=[acc])
         mbarrier.arrive(empty.index(b_prev), count=1)  # tile j - 1's buffers are free
     else:
         s, acc = warpgroup_mma_wait(0, deps=[s, acc])
         mbarrier.arrive(empty.index(b_prev), count=1)  # tile j - 1's buffers are free
         # This tile's softmax.
-        p, alpha, m_i, l_i = _softmax_tile(s, m_i, l_i, j, offs_m, qk_scale_log2, BLOCK_N,
-                                           MASK, S_LAYOUT)
+        p, alpha, m_i, l_i = _softmax_tile(s, m_i, l_i, 0, diag_last, qk_scale_log2,
+                                           BLOCK_N, MASK, S_LAYOUT)
     # The rescale of o under the new max, before the next P V adds to it.
     acc = acc * gl.convert_layout(alpha, gl.SliceLayout(1, O_LAYOUT))[:, None]
     p_op = gl.convert_layout(p.to(p_op.dtype), P_LAYOUT)
@@ -416,7 +417,16 @@ def _ws_consume_block(work, g, it, smem, bars, ptrs, o_out, seq, n_blocks, n_wor
     n_own = n_tiles
     if PASSES:
         n_own = gl.where(row0 < seq, gl.minimum(n_tiles, gl.cdiv(row0 + ROWS, BLOCK_N)), 1)
-    offs_m = row0 + gl.arange(0, ROWS, layout=gl.SliceLayout(1, S_LAYOUT))
+    # Each row's last visible column in the key tile that meets this warpgroup's diagonal
+    # (tile row0 // BLOCK_N; 64 rows never span two tiles): row0 % BLOCK_N plus the row.
+    # Where blocks are whole key tiles, that place is a constant of the warpgroup, and the
+    # compiler drops the compares of the columns wholly before or past the diagonal (two
+    # warpgroups in tiles of 128: half of each thread's).
+    rows = gl.arange(0, ROWS, layout=gl.SliceLayout(1, S_LAYOUT))
+    if (NUM_WG * ROWS) % BLOCK_N == 0:
+        diag_last = (WG * ROWS) % BLOCK_N + rows
+    else:  # three warpgroups in tiles of 128: the place alternates from block to block
+        diag_last = row0 % BLOCK_N + rows
     l_i = gl.zeros([ROWS], gl.float32, gl.SliceLayout(1, S_LAYOUT))
     acc = gl.zeros([ROWS, HEAD_D], gl.float32, O_LAYOUT)
     mbarrier.wait(q_bar.index(slot), (it // Q_BUFS) & 1)  # this block's Q landed
@@ -430,21 +440,21 @@ def _ws_consume_block(work, g, it, smem, bars, ptrs, o_out, seq, n_blocks, n_wor
     s = warpgroup_mma_wait(0, deps=[s])
     m_i = gl.full([ROWS], -float("inf"), gl.float32, gl.SliceLayout(1, S_LAYOUT))
     if CAUSAL and row0 < BLOCK_N:  # tile 0 meets this warpgroup's diagonal: masked
-        p, alpha, m_i, l_i = _softmax_tile(s, m_i, l_i, 0, offs_m, qk_scale_log2, BLOCK_N,
+        p, alpha, m_i, l_i = _softmax_tile(s, m_i, l_i, 0, diag_last, qk_scale_log2, BLOCK_N,
                                            True, S_LAYOUT)
     else:  # every key of tile 0 lies before this warpgroup's first row
-        p, alpha, m_i, l_i = _softmax_tile(s, m_i, l_i, 0, offs_m, qk_scale_log2, BLOCK_N,
+        p, alpha, m_i, l_i = _softmax_tile(s, m_i, l_i, 0, diag_last, qk_scale_log2, BLOCK_N,
                                            False, S_LAYOUT)
     p_op = gl.convert_layout(p.to(dtype), P_LAYOUT)
 
     for j in range(1, n_own - 1):
-        p_op, acc, m_i, l_i = _ws_step(j, g + j, g + it + j, q, k_smem, v_smem, ready,
-                                       empty, turn, p_op, acc, m_i, l_i, zeros_s, offs_m,
+        p_op, acc, m_i, l_i = _ws_step(g + j, g + it + j, q, k_smem, v_smem, ready,
+                                       empty, turn, p_op, acc, m_i, l_i, zeros_s, diag_last,
                                        qk_scale_log2, WG, NEXT, BLOCK_N, NUM_BUF, False,
                                        S_LAYOUT, O_LAYOUT, P_LAYOUT, PV_OVERLAP)
     for j in range(gl.maximum(n_own - 1, 1), n_own):
-        p_op, acc, m_i, l_i = _ws_step(j, g + j, g + it + j, q, k_smem, v_smem, ready,
-                                       empty, turn, p_op, acc, m_i, l_i, zeros_s, offs_m,
+        p_op, acc, m_i, l_i = _ws_step(g + j, g + it + j, q, k_smem, v_smem, ready,
+                                       empty, turn, p_op, acc, m_i, l_i, zeros_s, diag_last,
                                        qk_scale_log2, WG, NEXT, BLOCK_N, NUM_BUF, CAUSAL,
                                        S_LAYOUT, O_LAYOUT, P_LAYOUT, PV_OVERLAP)
     # Every score of the block is in: the producer may load the next block's Q.
