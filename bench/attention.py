@@ -93,6 +93,26 @@ def _correctness(dtype: Any, d: int, causal: bool) -> dict[str, float]:
     return out
 
 
+def _timed_call_error(o: Any, q: Any, k: Any, v: Any, causal: bool) -> dict[str, float]:
+    """Max |o - SDPA math in float32| on the first batch's first head of a timed call, for our
+    output o and for SDPA flash on that head: the launch that was timed is the one checked
+    (at S >= 1024 the Gluon kernel, which the 2 x 8 x 1000 check never runs). One head keeps
+    the float32 reference small (1 GB of scores at S = 16k)."""
+    import torch
+
+    one = [t[:1, :1] for t in (q, k, v)]
+    ref = _sdpa("math")(*(t.float() for t in one), causal)
+    out = {"error": float((o[:1, :1].float() - ref).abs().max())}
+    try:
+        out["flash_error"] = float((_sdpa("flash")(*one, causal).float() - ref).abs().max())
+    except RuntimeError:  # no flash backend here (the CPU; fp32)
+        out["flash_error"] = math.nan
+    del ref
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    return out
+
+
 def _time_pinned(tiles: list[str], call: Callable[[], Any]) -> tuple[float, str]:
     """The fastest of ``tiles`` (each pinned through ONLINESM_ATTENTION_CONFIG): (ms, tiles)."""
     from onlinesm.kernels.attention import CONFIG_ENV
@@ -139,6 +159,8 @@ def run_bench(
                                            "causal": causal}
                     ms = time_ms(lambda: attn_fn(q, k, v, causal=causal))
                     row["onlinesm"] = f / ms * 1e-9
+                    row.update(_timed_call_error(attn_fn(q, k, v, causal=causal), q, k, v,
+                                                 causal))
                     cfg = getattr(mod._attn_fwd_tuned, "best_config", None)
                     if mod.gluon_takes(q, k, v, causal=causal):  # not the Triton kernel
                         row["config"] = "Gluon ws"
@@ -210,6 +232,8 @@ def to_markdown(result: dict[str, Any]) -> str:
     """The table (TFLOP/s) and the correctness checks as Markdown."""
     checks = [[c["dtype"], c["D"], c["causal"], f"{c['onlinesm']:.3g}", f"{c['flash']:.3g}"]
               for c in result["checks"]]
+    timed = [[r["dtype"], r["D"], r["S"], r["causal"], f"{r.get('error', math.nan):.3g}",
+              f"{r.get('flash_error', math.nan):.3g}"] for r in result["rows"]]
     return "\n".join([
         f"# attention forward, TFLOP/s ({result['device']}, {result['date']})",
         "",
@@ -222,6 +246,10 @@ def to_markdown(result: dict[str, Any]) -> str:
         "Correctness: max |o - SDPA math in float32| on 2 x 8 x 1000 x D:",
         "",
         markdown_table(["dtype", "D", "causal", "onlinesm", "SDPA flash"], checks),
+        "",
+        "Each timed call, its first head: max |o - SDPA math in float32|:",
+        "",
+        markdown_table(["dtype", "D", "S", "causal", "onlinesm", "SDPA flash"], timed),
         "",
     ])
 

@@ -821,3 +821,26 @@ def test_two_threads_tuning_at_once_each_keep_their_own_pick(monkeypatch):
     for t in threads:
         t.join()
     assert {key[-7]: config for key, config in module._TUNED.items()} == picks  # by CAUSAL
+
+
+# ---- bench/attention.py: the timed call is the one checked ----
+def test_the_attention_bench_checks_the_head_of_the_timed_call_against_float32() -> None:
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location(
+        "onlinesm_bench_attention", Path(__file__).parents[1] / "bench" / "attention.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 2, 64, 16, generator=g) for _ in range(3))
+    o = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)
+    assert bench._timed_call_error(o, q, k, v, True)["error"] < 1e-5
+    wrong = o.clone()
+    wrong[0, 0, 63, 5] += 0.25  # the first head's last row: seen
+    assert bench._timed_call_error(wrong, q, k, v, True)["error"] > 0.24
+    assert bench._timed_call_error(o, q, k, v, False)["error"] > 0.01  # causal matters
+    row = dict(dtype="float32", D=16, S=64, B=2, H=2, causal=True, onlinesm=1.0, flash=1.0,
+               cudnn=1.0, efficient=1.0, config="", error=0.25, flash_error=float("nan"))
+    md = bench.to_markdown(dict(device="cpu", date="d", torch="t", triton="t", cudnn=0,
+                                python="p", command="c", flops="f", rows=[row], checks=[]))
+    assert "| float32 | 16 | 64 | True | 0.25 | nan |" in md
