@@ -735,7 +735,9 @@ def _ws_q_buffers(head_d: int, causal: bool, seq: int) -> int:
     --candidates 8 --schedules 3,4``) two ran 281 / 367-370 / 414-424 TFLOP/s against one's
     272-274 / 359-361 / 409-415 at S = 1024 / 2048 / 4096. At D = 128 two Q buffers do not
     fit beside three K/V buffers of 128 x 128; the other launches are not persistent or
-    were not measured faster with two."""
+    were not measured faster with two. Three (the load warp issuing the next block's Q before
+    this block's key tiles) ran 0.92 of cuDNN at S = 1024 in two warpgroups against two's 0.94
+    (three runs, twenty-second attention round): not kept."""
     return 2 if head_d == 64 and _ws_dynamic(head_d, causal, seq) else 1
 
 
@@ -798,7 +800,9 @@ def pays(q: Any, causal: bool = False) -> bool:
     (medians of 3; the Triton kernel's one run) and 0.95-1.04 from 4096; causal, D = 64,
     through ``attention()`` (three runs in one call, since o leaves by TMA): 0.94 / 0.97-0.99
     / 1.00-1.03 / 1.05-1.10 at S = 1024 / 2048 / 4096 / 8192, where the Triton kernel ran
-    0.86-0.88 at 1024 (reports/h200/bench_attention.md, twenty-first round).
+    0.86-0.88 at 1024 (reports/h200/bench_attention.md, twenty-first round); since the masked
+    tile's bounds are constants of the warpgroup, 0.98-0.99 / 1.01-1.03 at 1024 / 2048
+    (twenty-second round).
 
     >>> pays(torch.empty(1, 16, 4096, 128))  # doctest: +SKIP
     True
