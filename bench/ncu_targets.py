@@ -71,7 +71,7 @@ CASES: dict[str, tuple[str, str]] = {
     "attention_bf16_d64_s1024_causal": ("attention() as routed (the Gluon kernel in two "
                                         "warpgroups since the twenty-first round; the Triton "
                                         "kernel, autotuned, before), bf16, B=16 H=32 S=1024 "
-                                        "D=64, causal (0.94; the Triton kernel 0.84-0.88)",
+                                        "D=64, causal (0.98-0.99; the Triton kernel 0.84-0.88)",
                                         "attn"),
     "attention_bf16_d64_s1024": ("attention() as routed (the Triton kernel, autotuned), bf16, "
                                  "B=16 H=32 S=1024 D=64, not causal (0.87)", "attn"),
@@ -79,7 +79,8 @@ CASES: dict[str, tuple[str, str]] = {
     # 64 x 128 tiles in two consumer warpgroups and a load warpgroup (384 threads, 168
     # registers, 134 KB of shared memory, one persistent program per SM), the shape of our
     # _2wg launch, which ran 15% slower at S = 1024 causal (bench_attention.md, twentieth
-    # round), 6% since its o leaves by TMA (twenty-first round)
+    # round), 6% since its o leaves by TMA (twenty-first round), 1-2% since the masked
+    # tile's bounds are constants (twenty-second round: 209 against 205 us under ncu)
     "cudnn_bf16_d64_s1024_causal": ("SDPA's cuDNN backend, bf16, B=16 H=32 S=1024 D=64, "
                                     "causal (the peer of attention_bf16_d64_s1024_causal)",
                                     "sdpa|fprop"),
@@ -87,8 +88,9 @@ CASES: dict[str, tuple[str, str]] = {
                                     "sdpa|fprop"),
     "attention_gluon_bf16_d64_s1024_causal_2wg": (
         "the Gluon kernel in cuDNN's shape: two warpgroups, 128-key tiles, three K/V buffers, "
-        "blocks from the counter, two Q buffers; bf16, B=16 H=32 S=1024 D=64, causal (0.94, "
-        "0.85 before o left by TMA)",
+        "blocks from the counter, two Q buffers; bf16, B=16 H=32 S=1024 D=64, causal "
+        "(0.98-0.99; 0.94 before the masked tile's bounds were constants, 0.85 before o left "
+        "by TMA)",
         "_attn_fwd_ws"),
 }
 
