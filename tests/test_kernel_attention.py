@@ -393,11 +393,14 @@ def test_the_gluon_ws_launches_from_the_counter_compile_and_fit():
     for r in rows:
         assert r["shared"] <= 227 * 1024 and not r["serialized"], r
         assert not r["causal"] or r["spill_bytes"] <= _ws_spill_allowed(r), r
-    # and the causal launch below S = 4096 at D = 64: two warpgroups in key tiles of 128,
-    # from the counter with two Q buffers, o by TMA
-    r = next(r for r in _gluon_offline("--ws", "--seq", "1024", "--dims", "64") if r["causal"])
-    assert (r["warpgroups"], r["block_n"], r["dynamic"], r["q_buffers"]) == (2, 128, True, 2), r
-    assert r["spill_bytes"] == 0 and not r["serialized"] and r["shared"] <= 227 * 1024, r
+    # and the causal launches below S = 4096, from the counter with two Q buffers, o by TMA:
+    # at D = 64 two warpgroups in key tiles of 128; at D = 128 in key tiles of 64, four K/V
+    # buffers (230 KB of shared memory, within the 227 KB of the SM)
+    rows = [r for r in _gluon_offline("--ws", "--seq", "1024", "--dims", "64,128") if r["causal"]]
+    assert [(r["head_d"], r["warpgroups"], r["block_n"], r["num_buf"], r["dynamic"],
+             r["q_buffers"]) for r in rows] == [(64, 2, 128, 3, True, 2), (128, 2, 64, 4, True, 2)]
+    for r in rows:
+        assert r["spill_bytes"] == 0 and not r["serialized"] and r["shared"] <= 227 * 1024, r
 
 
 def test_the_gluon_ws_launch_candidates_compile_without_spills():
@@ -412,7 +415,7 @@ def test_the_gluon_ws_launch_candidates_compile_without_spills():
         assert r["shared"] <= 227 * 1024, r
     # D = 64 below S = 2048 ships four warpgroups: that launch is among those audited here
     ag, wg = g.attention_gluon, g.attention_gluon._ws_warpgroups(64, 1024)
-    assert (64, ag._ws_block_n(64, wg), ag._ws_num_buf(wg), ag._ws_maxnreg(wg),
+    assert (64, ag._ws_block_n(64, wg), ag._ws_num_buf(64, wg), ag._ws_maxnreg(wg),
             ag._ws_pv_overlap(64), wg) in g.WS_CANDIDATES
 
 
@@ -527,6 +530,10 @@ def test_gpu_gluon_ws_persistent_launch_matches_oracle(causal: bool, d: int):
                                       num_buf=num_buf, dynamic=dynamic)
         err = np.abs(to_numpy(o).astype(np.float64) - o_ref)
         assert np.all(err <= o_tol), (d, wg, q_buffers, dynamic, float(err.max()))
+    # the shipped launch at this length (causal D = 128: key tiles of 64, two Q buffers)
+    o = g.attention_gluon.forward(q * 8, k, v, causal=causal)
+    err = np.abs(to_numpy(o).astype(np.float64) - o_ref)
+    assert np.all(err <= o_tol), (d, "shipped", float(err.max()))
     with pytest.raises(ValueError, match="q_buffers=2 is not supported"):
         g.attention_gluon.forward(q, k, v, causal=causal, persistent=False, q_buffers=2)
     with pytest.raises(ValueError, match="dynamic=True needs persistent programs"):
@@ -572,8 +579,16 @@ def test_the_gluon_kernel_says_why_a_call_is_not_its_own():
     seqs = (1024, 1152, 1280, 1408, 1536, 1664, 1792, 1920, 2048)
     assert [ag._ws_warpgroups(64, s) for s in seqs] == [4, 3, 4, 4, 4, 3, 4, 3, 3]
     assert ag._ws_warpgroups(128, 1024) == 2
-    assert (ag._ws_block_n(64, 4), ag._ws_num_buf(4), ag._ws_maxnreg(4)) == (64, 4, 96)
-    assert (ag._ws_block_n(64, 3), ag._ws_num_buf(3), ag._ws_maxnreg(3)) == (128, 3, 128)
+    assert (ag._ws_block_n(64, 4), ag._ws_num_buf(64, 4), ag._ws_maxnreg(4)) == (64, 4, 96)
+    assert (ag._ws_block_n(64, 3), ag._ws_num_buf(64, 3), ag._ws_maxnreg(3)) == (128, 3, 128)
+    # causal D = 128: key tiles of 64 in four buffers with two Q buffers below 4096 (o by
+    # TMA then fits), tiles of 128 in three buffers and one Q from 4096 and without causal
+    short = ag.WS_SHORT_TILES_BELOW
+    for s, causal, tiles in ((1024, True, (64, 4, 2)), (short - 128, True, (64, 4, 2)),
+                             (short, True, (128, 3, 1)), (1024, False, (128, 3, 1))):
+        assert (ag._ws_block_n(128, 2, causal, s), ag._ws_num_buf(128, 2, causal, s),
+                ag._ws_q_buffers(128, causal, s)) == tiles, (s, causal)
+    assert ag._ws_o_tma(128, 2, 64, 4, 2)
     assert ag._ws_persistent(64, False, 4096) and not ag._ws_persistent(64, True, 8192)
     assert ag._ws_dynamic(128, True, 8192) and ag._ws_persistent(128, True, 8192)
     assert not ag._ws_dynamic(128, True, 16384) and not ag._ws_persistent(128, True, 16384)
@@ -586,7 +601,7 @@ def test_the_gluon_kernel_says_why_a_call_is_not_its_own():
     # ring: every D = 64 launch; not beside D = 128's three K/V buffers of 128 keys
     for s, causal in itertools.product((1024, 2048, 4096, 8192, 16384), (False, True)):
         wg = ag._ws_warpgroups(64, s, causal)
-        assert ag._ws_o_tma(64, wg, ag._ws_block_n(64, wg), ag._ws_num_buf(wg),
+        assert ag._ws_o_tma(64, wg, ag._ws_block_n(64, wg), ag._ws_num_buf(64, wg),
                             ag._ws_q_buffers(64, causal, s)), (s, causal, wg)
     assert not ag._ws_o_tma(128, 2, 128, 3, 1) and ag._ws_o_tma(128, 2, 128, 2, 1)
     with pytest.raises(ValueError, match="the Gluon attention kernel needs q, k, v of one shape"):

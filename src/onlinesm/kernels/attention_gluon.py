@@ -728,30 +728,50 @@ def _ws_dynamic(head_d: int, causal: bool, seq: int) -> bool:
 
 def _ws_q_buffers(head_d: int, causal: bool, seq: int) -> int:
     """Q buffers of the shipped launch: two where the consumers take causal blocks from the
-    counter at D = 64 (below S = 8192: two or four warpgroups), so that the next block's Q
+    counter at D = 64 (below S = 8192: two or four warpgroups) and at D = 128 in key tiles
+    of 64 (:func:`_ws_short_tiles`), so that the next block's Q
     loads while this block's last tiles run; one elsewhere. On the H200 (bf16, of cuDNN,
     three runs in one call, four warpgroups:
     ``python bench/gluon_attention.py --bench-ws --dims 64 --seqs 1024,2048,4096 --causal yes
     --candidates 8 --schedules 3,4``) two ran 281 / 367-370 / 414-424 TFLOP/s against one's
     272-274 / 359-361 / 409-415 at S = 1024 / 2048 / 4096. At D = 128 two Q buffers do not
-    fit beside three K/V buffers of 128 x 128; the other launches are not persistent or
+    fit beside three K/V buffers of 128 x 128 (they do beside four of 64); the other launches are not persistent or
     were not measured faster with two. Three (the load warp issuing the next block's Q before
     this block's key tiles) ran 0.92 of cuDNN at S = 1024 in two warpgroups against two's 0.94
     (three runs, twenty-second attention round): not kept."""
-    return 2 if head_d == 64 and _ws_dynamic(head_d, causal, seq) else 1
+    dynamic = _ws_dynamic(head_d, causal, seq)
+    return 2 if dynamic and (head_d == 64 or _ws_short_tiles(head_d, causal, seq)) else 1
 
 
-def _ws_block_n(head_d: int, warpgroups: int = 2) -> int:
+#: Causal D = 128 below this length runs key tiles of 64 (:func:`_ws_short_tiles`).
+WS_SHORT_TILES_BELOW = 4096
+
+
+def _ws_short_tiles(head_d: int, causal: bool, seq: int) -> bool:
+    """Whether causal D = 128 runs key tiles of 64 in four K/V buffers with two Q buffers
+    (below ``WS_SHORT_TILES_BELOW``): the same 128 KB of ring as three tiles of 128, which
+    leaves room for the next block's Q and for o to leave by TMA (225 of the 227 KB), and a
+    block's short run of tiles (4.5 on average at S = 1024) ends on a diagonal tile half as
+    wide. On the H200 (bf16, of cuDNN, two runs, twenty-second attention round: ``python
+    bench/gluon_attention.py --bench-ws --dims 128 --causal yes --candidates 1,10
+    --schedules 3,4``) it ran 414-423 / 471-480 / 496-497 TFLOP/s at S = 1024 / 2048 / 4096
+    against tiles of 128's 383-384 / 467-474 / 526."""
+    return head_d == 128 and causal and seq < WS_SHORT_TILES_BELOW
+
+
+def _ws_block_n(head_d: int, warpgroups: int = 2, causal: bool = False,
+                seq: int = 4096) -> int:
     """Key tile of the warp-specialized kernel: 128 (64 query rows per warpgroup leave the
     registers for it), 64 with four consumer warpgroups (112-120 registers each: tiles of
-    128 spill 6.4-8.7 KB)."""
-    return 64 if warpgroups == 4 else 128
+    128 spill 6.4-8.7 KB) and for short causal D = 128 (:func:`_ws_short_tiles`)."""
+    return 64 if warpgroups == 4 or _ws_short_tiles(head_d, causal, seq) else 128
 
 
-def _ws_num_buf(warpgroups: int) -> int:
-    """K/V buffers in the ring: WS_NUM_BUF, four with four consumers (their tiles of 64 keys
-    take half the room; S = 1024: 0.93 of cuDNN against 0.91 with three, one run)."""
-    return 4 if warpgroups == 4 else WS_NUM_BUF
+def _ws_num_buf(head_d: int, warpgroups: int, causal: bool = False, seq: int = 4096) -> int:
+    """K/V buffers in the ring: WS_NUM_BUF, four in key tiles of 64 (four consumers, and
+    short causal D = 128): their tiles take half the room (four consumers at S = 1024: 0.93
+    of cuDNN against 0.91 with three, one run)."""
+    return 4 if _ws_block_n(head_d, warpgroups, causal, seq) == 64 else WS_NUM_BUF
 
 
 #: The smallest |scale| the kernel takes: its scores' scale, folded into log2(e), must stay a
@@ -870,8 +890,8 @@ def forward(q: Any, k: Any, v: Any, *, causal: bool = False, scale: float | None
         programs = min(n_work, sm_count(q.device))
     # The counter the programs take blocks from (dynamic), zero at launch; else unused.
     counter = torch.zeros(1, dtype=torch.int32, device=q.device) if dynamic else o
-    block_n = block_n or _ws_block_n(d, wg)
-    num_buf = num_buf or _ws_num_buf(wg)
+    block_n = block_n or _ws_block_n(d, wg, bool(causal), s)
+    num_buf = num_buf or _ws_num_buf(d, wg, bool(causal), s)
     with on_device(q.device):
         _attn_fwd_ws[(programs,)](
             q, k, v, o, counter, s, n_blocks, n_work, scale * 1.4426950408889634,  # log2(e)
