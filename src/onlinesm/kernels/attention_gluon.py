@@ -649,11 +649,18 @@ def _ws_o_tma(head_d: int, warpgroups: int, block_n: int, num_buf: int,
     three K/V buffers of 128 keys and Q take 224 of the 227 KB). On the H200 at D = 64,
     S = 1024 causal, the threads' own stores of o held the warps 4% of their time (ncu's
     warp-state samples) and wrote each 32-byte sector half full."""
+    return _ws_smem_bytes(head_d, warpgroups, block_n, num_buf, q_buffers, True) <= SMEM_BYTES
+
+
+def _ws_smem_bytes(head_d: int, warpgroups: int, block_n: int, num_buf: int, q_buffers: int,
+                   o_tma: bool) -> int:
+    """Shared memory of a launch: Q's buffers, the K/V ring, o's buffers (``o_tma``) and 1 KB
+    for the barriers and block numbers."""
     elem = 2  # bytes of a 16-bit element
     q = q_buffers * warpgroups * WS_ROWS * head_d * elem
     kv = 2 * num_buf * block_n * head_d * elem
-    o = warpgroups * WS_ROWS * head_d * elem
-    return q + kv + o + 1024 <= SMEM_BYTES  # 1 KB: the barriers and block numbers
+    o = warpgroups * WS_ROWS * head_d * elem if o_tma else 0
+    return q + kv + o + 1024
 
 
 def _ws_maxnreg(warpgroups: int) -> int:
@@ -743,8 +750,19 @@ def _ws_q_buffers(head_d: int, causal: bool, seq: int) -> int:
     return 2 if dynamic and (head_d == 64 or _ws_short_tiles(head_d, causal, seq)) else 1
 
 
+def _ws_default_q_buffers(head_d: int, causal: bool, seq: int, from_counter: bool,
+                          warpgroups: int, block_n: int, num_buf: int) -> int:
+    """Q buffers of a launch that names none: the shipped launch's where its blocks come from
+    the counter (:func:`_ws_q_buffers`), but one where a second would not fit beside the
+    ring the caller chose (at D = 128, three K/V buffers of 128 keys)."""
+    n = _ws_q_buffers(head_d, causal, seq) if from_counter else 1
+    if n > 1 and _ws_smem_bytes(head_d, warpgroups, block_n, num_buf, n, False) > SMEM_BYTES:
+        return 1
+    return n
+
+
 #: Causal D = 128 below this length runs key tiles of 64 (:func:`_ws_short_tiles`).
-WS_SHORT_TILES_BELOW = 4096
+WS_SHORT_TILES_BELOW = 2560
 
 
 def _ws_short_tiles(head_d: int, causal: bool, seq: int) -> bool:
@@ -752,10 +770,14 @@ def _ws_short_tiles(head_d: int, causal: bool, seq: int) -> bool:
     (below ``WS_SHORT_TILES_BELOW``): the same 128 KB of ring as three tiles of 128, which
     leaves room for the next block's Q and for o to leave by TMA (225 of the 227 KB), and a
     block's short run of tiles (4.5 on average at S = 1024) ends on a diagonal tile half as
-    wide. On the H200 (bf16, of cuDNN, two runs, twenty-second attention round: ``python
-    bench/gluon_attention.py --bench-ws --dims 128 --causal yes --candidates 1,10
-    --schedules 3,4``) it ran 414-423 / 471-480 / 496-497 TFLOP/s at S = 1024 / 2048 / 4096
-    against tiles of 128's 383-384 / 467-474 / 526."""
+    wide. On the H200 (bf16, twenty-second attention round), through ``attention()``, three
+    runs against tiles of 128 in one call (``AB_RUNS=3 ATTN_ARGS="--dtypes bfloat16 --dims
+    128 --seqs 1024,2048,3072,4096 --causal yes" bash bench/gpu_run.sh attention_ab``):
+    425-426 / 479-500 / 489-495 TFLOP/s at S = 1024 / 2048 / 3072 against 386-388 / 470-486
+    / 501-531, 0.98 / 0.98 / 0.95 of cuDNN against 0.91 / 0.97 / 0.94; at 4096 (``python
+    bench/gluon_attention.py --bench-ws --dims 128 --causal yes --candidates 10 --schedules
+    4``, two runs) 496-497 against 526. Hence tiles of 64 below 2560, between the last
+    length where they won (2048) and the first where they lost (3072)."""
     return head_d == 128 and causal and seq < WS_SHORT_TILES_BELOW
 
 
@@ -879,8 +901,11 @@ def forward(q: Any, k: Any, v: Any, *, causal: bool = False, scale: float | None
     persistent = bool(persistent)
     if dynamic is None:
         dynamic = persistent and _ws_dynamic(d, bool(causal), s)
-    if q_buffers is None:  # the shipped launch's, where it is the shipped schedule
-        q_buffers = _ws_q_buffers(d, bool(causal), s) if persistent and dynamic else 1
+    block_n = block_n or _ws_block_n(d, wg, bool(causal), s)
+    num_buf = num_buf or _ws_num_buf(d, wg, bool(causal), s)
+    if q_buffers is None:  # the shipped launch's, where it is the shipped schedule and fits
+        q_buffers = _ws_default_q_buffers(d, bool(causal), s, persistent and dynamic, wg,
+                                          block_n, num_buf)
     if q_buffers not in (1, 2) or (q_buffers == 2 and not persistent):
         raise ValueError(f"q_buffers={q_buffers} is not supported; use 1, or 2 with "
                          "persistent=True (one block per program loads one Q)")
@@ -890,8 +915,6 @@ def forward(q: Any, k: Any, v: Any, *, causal: bool = False, scale: float | None
         programs = min(n_work, sm_count(q.device))
     # The counter the programs take blocks from (dynamic), zero at launch; else unused.
     counter = torch.zeros(1, dtype=torch.int32, device=q.device) if dynamic else o
-    block_n = block_n or _ws_block_n(d, wg, bool(causal), s)
-    num_buf = num_buf or _ws_num_buf(d, wg, bool(causal), s)
     with on_device(q.device):
         _attn_fwd_ws[(programs,)](
             q, k, v, o, counter, s, n_blocks, n_work, scale * 1.4426950408889634,  # log2(e)
