@@ -868,8 +868,9 @@ def forward(q: Any, k: Any, v: Any, *, causal: bool = False, scale: float | None
     below it unless 3 leave fewer rows past S, and causal below 8192: ``_ws_warpgroups``) and
     ``persistent`` (one program per SM walking the query blocks, instead of one program per
     block; ``programs`` of them instead, for tests; ``q_buffers=2``: the next block's Q loads
-    during this one, shipped where four warpgroups take causal blocks from the counter:
-    ``_ws_q_buffers``; ``dynamic``: persistent programs take
+    during this one, shipped where causal blocks come from the counter at D = 64 and at D = 128
+    in key tiles of 64: ``_ws_q_buffers``; left unset, a launch that names its own
+    ``block_n`` / ``num_buf`` takes a second Q buffer only where it fits beside that ring; ``dynamic``: persistent programs take
     the next block from a counter, as FlashAttention-3's tile scheduler, instead of every
     P-th) override the measured launch (for the bench's candidates:
     ``bench/gluon_attention.py --bench-ws``).
