@@ -742,10 +742,11 @@ def _ws_q_buffers(head_d: int, causal: bool, seq: int) -> int:
     ``python bench/gluon_attention.py --bench-ws --dims 64 --seqs 1024,2048,4096 --causal yes
     --candidates 8 --schedules 3,4``) two ran 281 / 367-370 / 414-424 TFLOP/s against one's
     272-274 / 359-361 / 409-415 at S = 1024 / 2048 / 4096. At D = 128 two Q buffers do not
-    fit beside three K/V buffers of 128 x 128 (they do beside four of 64); the other launches are not persistent or
-    were not measured faster with two. Three (the load warp issuing the next block's Q before
-    this block's key tiles) ran 0.92 of cuDNN at S = 1024 in two warpgroups against two's 0.94
-    (three runs, twenty-second attention round): not kept."""
+    fit beside three K/V buffers of 128 x 128 (they do beside four of 64); the other
+    launches are not persistent or were not measured faster with two. Three (the load warp
+    issuing the next block's Q before this block's key tiles) ran 0.92 of cuDNN at S = 1024
+    in two warpgroups against two's 0.94 (three runs, twenty-second attention round): not
+    kept."""
     dynamic = _ws_dynamic(head_d, causal, seq)
     return 2 if dynamic and (head_d == 64 or _ws_short_tiles(head_d, causal, seq)) else 1
 
@@ -870,9 +871,9 @@ def forward(q: Any, k: Any, v: Any, *, causal: bool = False, scale: float | None
     block; ``programs`` of them instead, for tests; ``q_buffers=2``: the next block's Q loads
     during this one, shipped where causal blocks come from the counter at D = 64 and at D = 128
     in key tiles of 64: ``_ws_q_buffers``; left unset, a launch that names its own
-    ``block_n`` / ``num_buf`` takes a second Q buffer only where it fits beside that ring; ``dynamic``: persistent programs take
-    the next block from a counter, as FlashAttention-3's tile scheduler, instead of every
-    P-th) override the measured launch (for the bench's candidates:
+    ``block_n`` / ``num_buf`` takes a second Q buffer only where it fits beside that ring;
+    ``dynamic``: persistent programs take the next block from a counter, as
+    FlashAttention-3's tile scheduler, instead of every P-th) override the measured launch (for the bench's candidates:
     ``bench/gluon_attention.py --bench-ws``).
 
     >>> o = forward(q, k, v, causal=True)  # doctest: +SKIP
