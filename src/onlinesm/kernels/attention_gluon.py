@@ -873,8 +873,8 @@ def forward(q: Any, k: Any, v: Any, *, causal: bool = False, scale: float | None
     in key tiles of 64: ``_ws_q_buffers``; left unset, a launch that names its own
     ``block_n`` / ``num_buf`` takes a second Q buffer only where it fits beside that ring;
     ``dynamic``: persistent programs take the next block from a counter, as
-    FlashAttention-3's tile scheduler, instead of every P-th) override the measured launch (for the bench's candidates:
-    ``bench/gluon_attention.py --bench-ws``).
+    FlashAttention-3's tile scheduler, instead of every P-th) override the measured launch
+    (for the bench's candidates: ``bench/gluon_attention.py --bench-ws``).
 
     >>> o = forward(q, k, v, causal=True)  # doctest: +SKIP
     """
