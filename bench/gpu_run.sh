@@ -185,8 +185,9 @@ for phase in "$@"; do
       done ;;
     gluon_check)
       # The built-in attention on calls the Gluon kernel takes (S = 4096, or GLUON_CHECK_MIN_S
-      # to GLUON_CHECK_MAX_S; no mask, Sq == Sk; D = 64 causal below 2048 runs the Triton kernel):
-      # the property suite through attention().
+      # to GLUON_CHECK_MAX_S, from 1024; no mask, Sq == Sk; e.g. GLUON_CHECK_MIN_S=1024
+      # GLUON_CHECK_MAX_S=2048 for the launches of short causal rows): the property suite
+      # through attention().
       # Its oracle is float64 on the CPU: about 450 s for the two dtypes.
       ( cd /tmp && timeout 540 python3 -m onlinesm check onlinesm.kernels:attention --op attention \
           --dtypes bfloat16,float16 --head-dims ${GLUON_CHECK_D:-128} --seq-multiple 128 --same-seq --no-mask \
