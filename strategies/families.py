@@ -111,8 +111,16 @@ def scale_exponent_range(dtype: Any) -> tuple[int, int]:
     """(lo, hi) such that N(0, 2**e) for e in [lo, hi] stays representable and not all zero."""
     fmt = check_dtype("dtype", dtype)
     lo = math.frexp(fmt.smallest_subnormal)[1] + 8
-    hi = math.frexp(fmt.max)[1] - 5
-    return lo, hi
+    return lo, _largest_exponent(fmt)
+
+
+def _largest_exponent(fmt: FloatFormat) -> int:
+    """The largest e of :func:`scale_exponent_range`: 2**e times a few dozen stays finite."""
+    return math.frexp(fmt.max)[1] - 5
+
+
+#: Scales above 2**this overflow float64, in which every row is built (then rounded).
+_MAX_SCALE_EXPONENT = math.frexp(float(np.finfo(np.float64).max))[1] - 5
 
 
 def masked_run_candidates(length: int) -> tuple[int, ...]:
@@ -322,8 +330,11 @@ def _constant(n, fmt, rng, s, p):
 
 def _monotone(n, fmt, rng, s, p):
     span = s * rng.uniform(1.0, 64.0)
+    if not math.isfinite(span):  # float64 near its max: the span itself would overflow
+        span = math.copysign(float(fmt.max), span)
     steps = rng.exponential(1.0, n)
-    x = np.cumsum(steps) / steps.sum() * span - span * rng.uniform(0.0, 1.0)
+    with np.errstate(over="ignore"):  # cumsum / sum can round past 1: past max, clipped next
+        x = np.cumsum(steps) / steps.sum() * span - span * rng.uniform(0.0, 1.0)
     x = np.clip(x, -fmt.max, fmt.max)  # a huge scale must not round to ±inf
     o = ordinals(_round(x, fmt), fmt)
     top = max_ordinal(fmt)
@@ -332,7 +343,9 @@ def _monotone(n, fmt, rng, s, p):
         o = np.maximum.accumulate(o - idx) + idx  # strictly increasing, as little moved as can be
         o -= max(0, int(o[-1]) - top)  # pushed past max: slide the whole row down
         if o[0] < -top:  # the slide went past the most negative finite: spread evenly instead
-            o = -top + idx * ((2 * top) // max(n - 1, 1))
+            # in Python's integers: float64's 2 * top passes int64's range
+            step = (2 * top) // max(n - 1, 1)
+            o = np.array([-top + i * step for i in range(n)], dtype=np.int64)
     else:  # more entries than finite values: non-decreasing, still growing at every tile
         o = -top + (idx * (2 * top) // (n - 1))
     return from_ordinals(o, fmt)
@@ -394,8 +407,9 @@ def generate_row(family: str, length: int, dtype: Any, rng: np.random.Generator,
 
     ``scale`` is the standard deviation of the finite entries for the gaussian-bodied families
     (gaussian, masked_*, one_finite, ties, constant, monotone, nonfinite), the magnitude for
-    tiny_diff and the body's scale for huge_max; None draws one from ``rng`` (half the time in
-    2**[-4, 4], half the time anywhere the dtype allows). Family-specific ``params`` pin what is
+    tiny_diff and the body's scale for huge_max, at most 2**1019 (rows are built in float64);
+    None draws one from ``rng`` (half the time in 2**[-4, 4], half the time anywhere the dtype
+    allows). Family-specific ``params`` pin what is
     otherwise drawn: ``prefix`` / ``suffix`` (masked run length), ``masked`` (count),
     ``position`` (one_finite), ``count`` (ties, huge_max), ``body`` (huge_max), ``spread``
     (huge_spread, log2 of the width), ``value`` (constant), ``ulps`` (tiny_diff), ``nans`` /
@@ -419,6 +433,13 @@ def generate_row(family: str, length: int, dtype: Any, rng: np.random.Generator,
     if scale is not None and not (isinstance(scale, (int, float)) and 0 < scale < math.inf):
         raise InvalidArgument(f"scale={scale!r} must be a positive finite number, or None")
     s = float(scale) if scale is not None else None
+    if s is not None and s > 2.0**_MAX_SCALE_EXPONENT:
+        # Rows are built in float64 (then rounded, narrower dtypes clipped to their max):
+        # past this, a family's multiples of the scale overflow float64 itself.
+        raise InvalidArgument(
+            f"scale={scale!r} is too large: at most 2**{_MAX_SCALE_EXPONENT} "
+            f"({2.0**_MAX_SCALE_EXPONENT:.3g}), where N(0, scale) and the families' multiples "
+            "of it stay finite in float64, in which rows are built; pass a smaller scale")
     if s is None and family in SCALED_FAMILIES:
         s = _default_scale(rng, fmt)
     p = dict(params)

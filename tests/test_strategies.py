@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 import subprocess
 import sys
@@ -218,6 +219,28 @@ def test_check_row_detects_broken_promises() -> None:
     assert check_row("monotone", np.array([1.0, 1.0], np.float32), "float32")
     assert check_row("below_sentinel", np.array([-1e29], np.float32), "float32")
     assert check_row("fully_masked", np.array([-np.inf, 0.0]), "float64")
+
+
+def test_monotone_rows_at_float64s_largest_scales() -> None:
+    # The largest scale float64 rows take (the strategies draw it too): the row's span (the
+    # scale times up to 64) would overflow to inf, and the spread evenly over every finite
+    # float64 passes int64's range (2 * its largest ordinal); the row still grows at every
+    # entry and stays finite.
+    rng = np.random.default_rng(0)
+    hi = math.frexp(np.finfo(np.float64).max)[1] - 5  # the top of the scales drawn
+    for n in (1, 2, 3, 300):
+        for scale in (1e300, 2.0**hi):
+            row = generate_row("monotone", n, "float64", rng, scale=scale)
+            assert np.isfinite(row).all() and (np.diff(row) > 0).all(), (n, scale, row[:4])
+    # past it, rows of any family and dtype would overflow float64, in which they are built:
+    # one line that names the limit
+    for family, dtype in itertools.product(("gaussian", "monotone", "constant"),
+                                           ("float64", "float16")):
+        with pytest.raises(InvalidArgument,
+                           match=rf"scale=1.7e\+308 is too large: at most 2\*\*{hi} "):
+            generate_row(family, 8, dtype, rng, scale=1.7e308)
+    # a narrower dtype clips a large scale's values to its max
+    assert np.isfinite(generate_row("gaussian", 8, "float16", rng, scale=2.0**hi)).all()
 
 
 def test_long_rows() -> None:
