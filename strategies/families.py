@@ -407,7 +407,8 @@ def generate_row(family: str, length: int, dtype: Any, rng: np.random.Generator,
 
     ``scale`` is the standard deviation of the finite entries for the gaussian-bodied families
     (gaussian, masked_*, one_finite, ties, constant, monotone, nonfinite), the magnitude for
-    tiny_diff and the body's scale for huge_max, at most 2**1019 (rows are built in float64);
+    tiny_diff and the body's scale for huge_max, at most 2**1019 but for tiny_diff (rows are
+    built in float64);
     None draws one from ``rng`` (half the time in 2**[-4, 4], half the time anywhere the dtype
     allows). Family-specific ``params`` pin what is
     otherwise drawn: ``prefix`` / ``suffix`` (masked run length), ``masked`` (count),
@@ -433,9 +434,10 @@ def generate_row(family: str, length: int, dtype: Any, rng: np.random.Generator,
     if scale is not None and not (isinstance(scale, (int, float)) and 0 < scale < math.inf):
         raise InvalidArgument(f"scale={scale!r} must be a positive finite number, or None")
     s = float(scale) if scale is not None else None
-    if s is not None and s > 2.0**_MAX_SCALE_EXPONENT:
+    if s is not None and s > 2.0**_MAX_SCALE_EXPONENT and family != "tiny_diff":
         # Rows are built in float64 (then rounded, narrower dtypes clipped to their max):
-        # past this, a family's multiples of the scale overflow float64 itself.
+        # past this, a family's multiples of the scale overflow float64 itself (tiny_diff's
+        # scale is the magnitude its values crowd around, up to the dtype's max / 4).
         raise InvalidArgument(
             f"scale={scale!r} is too large: at most 2**{_MAX_SCALE_EXPONENT} "
             f"({2.0**_MAX_SCALE_EXPONENT:.3g}), where N(0, scale) and the families' multiples "

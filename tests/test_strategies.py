@@ -239,6 +239,8 @@ def test_monotone_rows_at_float64s_largest_scales() -> None:
         with pytest.raises(InvalidArgument,
                            match=rf"scale=1.7e\+308 is too large: at most 2\*\*{hi} "):
             generate_row(family, 8, dtype, rng, scale=1.7e308)
+    # tiny_diff's scale is the magnitude its values crowd around: up to float64's max / 4
+    assert np.isfinite(generate_row("tiny_diff", 8, "float64", rng, scale=2.0**1022)).all()
     # a narrower dtype clips a large scale's values to its max
     assert np.isfinite(generate_row("gaussian", 8, "float16", rng, scale=2.0**hi)).all()
 
