@@ -73,19 +73,11 @@ def _sdpa(backend: str) -> Callable[..., Any]:
     return call
 
 
-def _correctness(dtype: Any, d: int, causal: bool) -> dict[str, float]:
-    """Max |o - SDPA math in float32| for ours and for SDPA flash, on a 2 x 8 x 1000 problem
-    (S not a tile multiple, so the ragged tail is checked too)."""
-    import torch
-
-    from onlinesm.kernels.attention import attention
-
-    g = torch.Generator(device="cuda").manual_seed(0)
-    shape = (2, 8, 1000, d)
-    q, k, v = (torch.randn(shape, device="cuda", generator=g, dtype=dtype) for _ in range(3))
+def _errors_vs_math(o: Any, q: Any, k: Any, v: Any, causal: bool) -> dict[str, float]:
+    """Max |o - SDPA math in float32| for our output o and for SDPA flash on the same q, k, v
+    (flash NaN where it has no backend: the CPU, fp32)."""
     ref = _sdpa("math")(q.float(), k.float(), v.float(), causal)
-    out: dict[str, float] = {"onlinesm": float((attention(q, k, v, causal=causal).float() - ref)
-                                               .abs().max())}
+    out = {"onlinesm": float((o.float() - ref).abs().max())}
     try:
         out["flash"] = float((_sdpa("flash")(q, k, v, causal).float() - ref).abs().max())
     except RuntimeError:
@@ -93,24 +85,30 @@ def _correctness(dtype: Any, d: int, causal: bool) -> dict[str, float]:
     return out
 
 
-def _timed_call_error(o: Any, q: Any, k: Any, v: Any, causal: bool) -> dict[str, float]:
-    """Max |o - SDPA math in float32| on the first batch's first head of a timed call, for our
-    output o and for SDPA flash on that head: the launch that was timed is the one checked
-    (at S >= 1024 the Gluon kernel, which the 2 x 8 x 1000 check never runs). One head keeps
-    the float32 reference small (1 GB of scores at S = 16k)."""
+def _correctness(dtype: Any, d: int, causal: bool) -> dict[str, float]:
+    """:func:`_errors_vs_math` on a 2 x 8 x 1000 problem (S not a tile multiple, so the ragged
+    tail is checked too)."""
     import torch
 
-    one = [t[:1, :1] for t in (q, k, v)]
-    ref = _sdpa("math")(*(t.float() for t in one), causal)
-    out = {"error": float((o[:1, :1].float() - ref).abs().max())}
-    try:
-        out["flash_error"] = float((_sdpa("flash")(*one, causal).float() - ref).abs().max())
-    except RuntimeError:  # no flash backend here (the CPU; fp32)
-        out["flash_error"] = math.nan
-    del ref
+    from onlinesm.kernels.attention import attention
+
+    g = torch.Generator(device="cuda").manual_seed(0)
+    shape = (2, 8, 1000, d)
+    q, k, v = (torch.randn(shape, device="cuda", generator=g, dtype=dtype) for _ in range(3))
+    return _errors_vs_math(attention(q, k, v, causal=causal), q, k, v, causal)
+
+
+def _timed_call_error(o: Any, q: Any, k: Any, v: Any, causal: bool) -> dict[str, float]:
+    """:func:`_errors_vs_math` on the first batch's first head of a timed call (``error``,
+    ``flash_error``): the launch that was timed is the one checked (at S >= 1024 the Gluon
+    kernel, which the 2 x 8 x 1000 check never runs). One head keeps the float32 reference
+    small (1 GB of scores at S = 16k)."""
+    import torch
+
+    e = _errors_vs_math(o[:1, :1], q[:1, :1], k[:1, :1], v[:1, :1], causal)
     if torch.cuda.is_available():
         torch.cuda.empty_cache()
-    return out
+    return {"error": e["onlinesm"], "flash_error": e["flash"]}
 
 
 def _time_pinned(tiles: list[str], call: Callable[[], Any]) -> tuple[float, str]:

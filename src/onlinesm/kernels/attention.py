@@ -501,13 +501,11 @@ _CONFIGS = [
     (64, 32, 2, 4),
 ]
 
-# The H100/H200 per-block limit (SMEM_BYTES); a config that still runs out (compiler
-# scratch) is dropped by the autotuner (OutOfResources), never chosen.
-
-
 def _fits(block_m: int, block_n: int, stages: int, block_d: int, elem_bytes: int) -> bool:
-    """Whether the Q tile plus ``stages`` pipelined K and V tiles fit in shared memory, and the
-    float32 accumulator (BLOCK_M x BLOCK_D per program) in registers."""
+    """Whether the Q tile plus ``stages`` pipelined K and V tiles fit in shared memory (the
+    H100/H200 per-block limit, SMEM_BYTES), and the float32 accumulator (BLOCK_M x BLOCK_D
+    per program) in registers. A config that still runs out (compiler scratch) is dropped by
+    the autotuner (OutOfResources), never chosen."""
     smem = (block_m * block_d + 2 * stages * block_n * block_d) * elem_bytes
     return smem <= SMEM_BYTES and (block_m * block_d <= 128 * 128 or block_m <= 64)
 

@@ -12,7 +12,8 @@ diagonal. Without causal the launch is persistent: one program per SM walks quer
 the producer loading the next block's tiles during the last one's epilogue; causal below
 S = 16k (D = 128) or 8k (D = 64) too, taking each next block from a counter in global memory
 (blocks differ in length there), and otherwise one program per block. Where shared memory
-has room (D = 64), each block's o leaves through a shared buffer by one TMA store.
+has room (D = 64, and causal D = 128 below S = 2560 in key tiles of 64), each block's o
+leaves through a shared buffer by one TMA store.
 
 Why: the Triton kernel (attention.py) cannot overlap a tile's softmax with matmuls (Triton
 waits for a wgmma at once when its result feeds anything but another wgmma), which held it at
