@@ -120,7 +120,7 @@ def _largest_exponent(fmt: FloatFormat) -> int:
 
 
 #: Scales above 2**this overflow float64, in which every row is built (then rounded).
-_MAX_SCALE_EXPONENT = math.frexp(float(np.finfo(np.float64).max))[1] - 5
+_MAX_SCALE_EXPONENT = _largest_exponent(check_dtype("dtype", "float64"))
 
 
 def masked_run_candidates(length: int) -> tuple[int, ...]:
