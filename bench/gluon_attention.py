@@ -291,8 +291,8 @@ def compile_offline(head_d: int, causal: bool, block_n: int | None = None,
         block_n = block_n or ag._ws_block_n(head_d, warpgroups, causal, seq)
         num_buf = num_buf or ag._ws_num_buf(head_d, warpgroups, causal, seq)
         if q_buffers is None:  # as forward: the shipped launch's where it is its schedule
-            q_buffers = ag._ws_default_q_buffers(head_d, causal, seq, dynamic, warpgroups,
-                                                 block_n, num_buf)
+            q_buffers = ag._ws_default_q_buffers(head_d, causal, seq, persistent, dynamic,
+                                                 warpgroups, block_n, num_buf)
         const = ag._ws_constexprs(head_d, block_n, causal, num_buf,
                                   ag._ws_pv_overlap(head_d) if overlap_pv is None else overlap_pv,
                                   warpgroups, persistent, q_buffers, dynamic)

@@ -584,16 +584,20 @@ def test_the_gluon_kernel_says_why_a_call_is_not_its_own():
     # causal D = 128: key tiles of 64 in four buffers with two Q buffers below 2560 (o by
     # TMA then fits), tiles of 128 in three buffers and one Q from 2560 and without causal
     short = ag.WS_SHORT_TILES_BELOW
+    full = ag.WS_SHORT_TILES_FULL_BELOW
     for s, causal, tiles in ((1024, True, (64, 4, 2)), (short - 128, True, (64, 4, 2)),
-                             (short, True, (128, 3, 1)), (1024, False, (128, 3, 1))):
+                             (short, True, (128, 3, 1)), (full - 128, False, (64, 4, 2)),
+                             (full, False, (128, 3, 1))):
         assert (ag._ws_block_n(128, 2, causal, s), ag._ws_num_buf(128, 2, causal, s),
                 ag._ws_q_buffers(128, causal, s)) == tiles, (s, causal)
     assert ag._ws_o_tma(128, 2, 64, 4, 2)
     # a launch naming its own ring gets the shipped Q count where it fits beside it, else one
-    assert ag._ws_default_q_buffers(128, True, 1024, True, 2, 64, 4) == 2
-    assert ag._ws_default_q_buffers(128, True, 1024, True, 2, 128, 3) == 1
-    assert ag._ws_default_q_buffers(128, True, 1024, False, 2, 64, 4) == 1  # not the counter
-    assert ag._ws_default_q_buffers(64, True, 1024, True, 2, 128, 3) == 2
+    assert ag._ws_default_q_buffers(128, True, 1024, True, True, 2, 64, 4) == 2
+    assert ag._ws_default_q_buffers(128, True, 1024, True, True, 2, 128, 3) == 1
+    assert ag._ws_default_q_buffers(128, True, 1024, True, False, 2, 64, 4) == 1  # static
+    assert ag._ws_default_q_buffers(64, True, 1024, True, True, 2, 128, 3) == 2
+    assert ag._ws_default_q_buffers(128, False, 1024, True, False, 2, 64, 4) == 2
+    assert ag._ws_default_q_buffers(128, False, 1024, False, False, 2, 64, 4) == 1
     assert ag._ws_persistent(64, False, 4096) and not ag._ws_persistent(64, True, 8192)
     assert ag._ws_dynamic(128, True, 8192) and ag._ws_persistent(128, True, 8192)
     assert not ag._ws_dynamic(128, True, 16384) and not ag._ws_persistent(128, True, 16384)

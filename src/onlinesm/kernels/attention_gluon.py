@@ -748,16 +748,20 @@ def _ws_q_buffers(head_d: int, causal: bool, seq: int) -> int:
     issuing the next block's Q before this block's key tiles) ran 0.92 of cuDNN at S = 1024
     in two warpgroups against two's 0.94 (three runs, twenty-second attention round): not
     kept."""
-    dynamic = _ws_dynamic(head_d, causal, seq)
-    return 2 if dynamic and (head_d == 64 or _ws_short_tiles(head_d, causal, seq)) else 1
+    if _ws_short_tiles(head_d, causal, seq):
+        return 2
+    return 2 if head_d == 64 and _ws_dynamic(head_d, causal, seq) else 1
 
 
-def _ws_default_q_buffers(head_d: int, causal: bool, seq: int, from_counter: bool,
-                          warpgroups: int, block_n: int, num_buf: int) -> int:
-    """Q buffers of a launch that names none: the shipped launch's where its blocks come from
-    the counter (:func:`_ws_q_buffers`), but one where a second would not fit beside the
-    ring the caller chose (at D = 128, three K/V buffers of 128 keys)."""
-    n = _ws_q_buffers(head_d, causal, seq) if from_counter else 1
+def _ws_default_q_buffers(head_d: int, causal: bool, seq: int, persistent: bool,
+                          dynamic: bool, warpgroups: int, block_n: int, num_buf: int) -> int:
+    """Q buffers of a launch that names none: the shipped launch's (:func:`_ws_q_buffers`)
+    where it runs the shipped schedule (``persistent`` and ``dynamic`` as shipped), but one
+    where a second would not fit beside the ring the caller chose (at D = 128, three K/V
+    buffers of 128 keys)."""
+    shipped = (persistent == _ws_persistent(head_d, causal, seq)
+               and dynamic == _ws_dynamic(head_d, causal, seq))
+    n = _ws_q_buffers(head_d, causal, seq) if shipped and persistent else 1
     if n > 1 and _ws_smem_bytes(head_d, warpgroups, block_n, num_buf, n, False) > SMEM_BYTES:
         return 1
     return n
@@ -765,14 +769,18 @@ def _ws_default_q_buffers(head_d: int, causal: bool, seq: int, from_counter: boo
 
 #: Causal D = 128 below this length runs key tiles of 64 (:func:`_ws_short_tiles`).
 WS_SHORT_TILES_BELOW = 2560
+#: And D = 128 without causal below this one (persistent, two Q buffers).
+WS_SHORT_TILES_FULL_BELOW = 1536
 
 
 def _ws_short_tiles(head_d: int, causal: bool, seq: int) -> bool:
-    """Whether causal D = 128 runs key tiles of 64 in four K/V buffers with two Q buffers
-    (below ``WS_SHORT_TILES_BELOW``): the same 128 KB of ring as three tiles of 128, which
-    leaves room for the next block's Q and for o to leave by TMA (225 of the 227 KB), and a
-    block's short run of tiles (4.5 on average at S = 1024) ends on a diagonal tile half as
-    wide. On the H200 (bf16, twenty-second attention round), through ``attention()``, three
+    """Whether D = 128 runs key tiles of 64 in four K/V buffers with two Q buffers (causal
+    below ``WS_SHORT_TILES_BELOW``; without causal, persistent, below
+    ``WS_SHORT_TILES_FULL_BELOW``: 547 against 527 TFLOP/s at S = 1024, 568 against 584 at
+    2048, one run, ``--bench-ws --dims 128 --causal no --candidates 10 --schedules 1,2``):
+    the same 128 KB of ring as three tiles of 128, which leaves room for the next block's Q
+    and for o to leave by TMA (225 of the 227 KB), and a causal block's short run of tiles
+    (4.5 on average at S = 1024) ends on a diagonal tile half as wide. On the H200 (bf16, twenty-second attention round), through ``attention()``, three
     runs against tiles of 128 in one call (``AB_RUNS=3 ATTN_ARGS="--dtypes bfloat16 --dims
     128 --seqs 1024,2048,3072,4096 --causal yes" bash bench/gpu_run.sh attention_ab``):
     425-426 / 479-500 / 489-495 TFLOP/s at S = 1024 / 2048 / 3072 against 386-388 / 470-486
@@ -780,7 +788,8 @@ def _ws_short_tiles(head_d: int, causal: bool, seq: int) -> bool:
     bench/gluon_attention.py --bench-ws --dims 128 --causal yes --candidates 10 --schedules
     4``, two runs) 496-497 against 526. Hence tiles of 64 below 2560, between the last
     length where they won (2048) and the first where they lost (3072)."""
-    return head_d == 128 and causal and seq < WS_SHORT_TILES_BELOW
+    below = WS_SHORT_TILES_BELOW if causal else WS_SHORT_TILES_FULL_BELOW
+    return head_d == 128 and seq < below
 
 
 def _ws_block_n(head_d: int, warpgroups: int = 2, causal: bool = False,
@@ -907,7 +916,7 @@ def forward(q: Any, k: Any, v: Any, *, causal: bool = False, scale: float | None
     block_n = block_n or _ws_block_n(d, wg, bool(causal), s)
     num_buf = num_buf or _ws_num_buf(d, wg, bool(causal), s)
     if q_buffers is None:  # the shipped launch's, where it is the shipped schedule and fits
-        q_buffers = _ws_default_q_buffers(d, bool(causal), s, persistent and dynamic, wg,
+        q_buffers = _ws_default_q_buffers(d, bool(causal), s, persistent, bool(dynamic), wg,
                                           block_n, num_buf)
     if q_buffers not in (1, 2) or (q_buffers == 2 and not persistent):
         raise ValueError(f"q_buffers={q_buffers} is not supported; use 1, or 2 with "
