@@ -780,9 +780,10 @@ def _ws_short_tiles(head_d: int, causal: bool, seq: int) -> bool:
     2048, one run, ``--bench-ws --dims 128 --causal no --candidates 10 --schedules 1,2``):
     the same 128 KB of ring as three tiles of 128, which leaves room for the next block's Q
     and for o to leave by TMA (225 of the 227 KB), and a causal block's short run of tiles
-    (4.5 on average at S = 1024) ends on a diagonal tile half as wide. On the H200 (bf16, twenty-second attention round), through ``attention()``, three
-    runs against tiles of 128 in one call (``AB_RUNS=3 ATTN_ARGS="--dtypes bfloat16 --dims
-    128 --seqs 1024,2048,3072,4096 --causal yes" bash bench/gpu_run.sh attention_ab``):
+    (4.5 on average at S = 1024) ends on a diagonal tile half as wide. On the H200 (bf16,
+    twenty-second attention round), causal, through ``attention()``, three runs against
+    tiles of 128 in one call (``AB_RUNS=3 ATTN_ARGS="--dtypes bfloat16 --dims 128 --seqs
+    1024,2048,3072,4096 --causal yes" bash bench/gpu_run.sh attention_ab``):
     425-426 / 479-500 / 489-495 TFLOP/s at S = 1024 / 2048 / 3072 against 386-388 / 470-486
     / 501-531, 0.98 / 0.98 / 0.95 of cuDNN against 0.91 / 0.97 / 0.94; at 4096 (``python
     bench/gluon_attention.py --bench-ws --dims 128 --causal yes --candidates 10 --schedules
