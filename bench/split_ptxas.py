@@ -53,7 +53,8 @@ def _launch(dtype: str, n: int, tuning: dict[str, Any] | None, path: str,
     sm = importlib.import_module("onlinesm.kernels.softmax")
     # two contiguous rows on a 128-byte boundary, as the caching allocator hands them out on
     # the GPU (the row stride decides the split rows' windows: split_window_bytes), with the
-    # slack of its 512-byte blocks past them (windows read whole vectors: _window_fits)
+    # slack of its 512-byte blocks past them (streamed windows read whole vectors:
+    # _window_fits; split ones stop at x_reach, a multiple of 16 there)
     size = _ITEMSIZES[dtype]
     buf = torch.empty(2 * n + (128 + 512) // size, dtype=getattr(torch, dtype))
     skip = -buf.data_ptr() % 128 // size
@@ -67,11 +68,14 @@ def _launch(dtype: str, n: int, tuning: dict[str, Any] | None, path: str,
 
 def compile_launch(dtype: str, n: int, tuning: dict[str, Any] | None = None,
                    nan_if_empty: bool = False, sms: int = 132,
-                   path: str = "auto", sass: bool = False) -> dict[str, Any]:
+                   path: str = "auto", sass: bool = False,
+                   reach: bool = False) -> dict[str, Any]:
     """The launch for rows of ``n`` in ``dtype`` (contiguous) on a GPU of ``sms`` SMs,
     split or on chip as planned, compiled for sm_90a: ``{"path", "options", "registers",
     "spill_bytes", "shared"}`` (spill_bytes: ptxas's spill stores; options: the split
     kernel's constexprs, warps and register cap, or the on-chip block, chunks and tail).
+    ``reach``: a split launch's loads bounded by x's memory, as where x ends within a
+    window of the last row's end (REACH).
 
     >>> r = compile_launch("bfloat16", 131072)  # doctest: +SKIP
     >>> r["path"], r["spill_bytes"], r["options"]["STAGES"]  # doctest: +SKIP
@@ -81,11 +85,12 @@ def compile_launch(dtype: str, n: int, tuning: dict[str, Any] | None = None,
     pointers = {"x_ptr": _POINTERS[dtype], "y_ptr": _POINTERS[dtype]}
     if p.path == "split":
         options = sm._split_options(p, t, align, shift, nan_if_empty, _ITEMSIZES[dtype])
+        options["REACH"] = reach and shift > 1
         packed = options["PACKED"]
         pointers.update(part_ptr="*i64" if packed else "*fp32",
                         count_ptr="*i64" if packed else "*i32")
         return dict(path="split", **_compile(sm._softmax_split_specialised, n, options,
-                                             pointers, ["chunk_cols"], sass))
+                                             pointers, ["chunk_cols", "x_reach"], sass))
     if p.path != "on_chip":
         raise ValueError(f"rows of {n} in {dtype} are planned as {p.path!r}, which runs no "
                          "register-bound kernel; ask for path='split' or 'on_chip'")
@@ -145,6 +150,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true", help="one JSON object per launch instead")
     ap.add_argument("--sass", action="store_true",
                     help="also count SASS instructions (nvdisasm; about a second per launch)")
+    ap.add_argument("--reach", action="store_true",
+                    help="split windows' loads bounded by x's memory (REACH), as where x ends "
+                    "within a window of the last row's end")
     args = ap.parse_args(argv)
     if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
         raise SystemExit("bench/split_ptxas.py compiles for a GPU: run it without TRITON_INTERPRET")
@@ -157,7 +165,8 @@ def main(argv: list[str] | None = None) -> int:
         print("|---|---|---|---|---|---|---|---|---|---|")
     for dtype in args.dtypes.split(","):
         for n in (int(v) for v in args.ns.split(",")):
-            r = compile_launch(dtype, n, tuning, path=args.path, sass=args.sass)
+            r = compile_launch(dtype, n, tuning, path=args.path, sass=args.sass,
+                               reach=args.reach)
             o = r["options"]
             if args.json:
                 print(json.dumps(dict(dtype=dtype, n=n, **r)), flush=True)
@@ -171,6 +180,7 @@ def main(argv: list[str] | None = None) -> int:
                           + (f" + {o['TAIL']}" if o["TAIL"] else ""))
                 exchange = f"st{o['STAGES']}"
             exchange += f" win{o['SHIFT']}" if o["SHIFT"] > 1 else ""
+            exchange += " reach" if o.get("REACH") else ""
             print(f"| {dtype} | {n:,} | {launch} | {o['num_warps']} | "
                   f"{o.get('maxnreg', '-')} | {exchange} | {r['registers']} | {r['spill_bytes']} "
                   f"| {r['shared']:,} | {r['sass_instructions'] or '-'} |", flush=True)

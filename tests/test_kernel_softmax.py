@@ -242,11 +242,12 @@ def test_windows_where_they_pay_and_never_past_the_memory_x_owns():
     assert shift(torch.float32, "stream") == 4 and shift(torch.bfloat16, "stream") == 8
     assert shift(torch.float32, "stream", rows_after=0) == (4 if DEVICE == "cuda" else 1)
     assert sm._window_fits(torch.empty(5, 44, device=DEVICE)[:, :41], 4)  # 3 columns follow
-    # Split rows too: each part loads its row's whole windows under one mask for every row
-    # (the row's own bounds applied after the copy), so the same rule holds; a split row that
-    # cannot take it keeps its launch, element by element
+    # Split rows keep their windows either way: each part loads its row's whole windows under
+    # one mask for every row (the row's own bounds applied after the copy), which where the
+    # last row's would pass x's memory also stops there (REACH: see
+    # test_split_windows_stop_at_xs_memory_where_the_last_rows_reach_leaves_it)
     assert shift(torch.float32, "split") > 1 and shift(torch.bfloat16, "split") > 1
-    assert (shift(torch.float32, "split", rows_after=0) > 1) == (DEVICE == "cuda")
+    assert shift(torch.float32, "split", rows_after=0) > 1
 
 
 def test_short_rows_off_the_vector_boundary_take_smaller_programs():
@@ -1260,20 +1261,21 @@ def test_rows_off_a_sector_take_their_rows_knobs_then_the_callers():
 split_where, split_loose, split_load_ok = sm._split_where, sm._split_loose, sm._split_load_ok
 
 
-def _split_cover(n: int, itemsize: int, loose: int, rows: int, chunk: int = 256):
+def _split_cover(n: int, itemsize: int, loose: int, rows: int, chunk: int = 256,
+                 x_reach: int | None = None):
     """Run the split kernel's index helpers (_split_where, _split_loose, _split_load_ok: where
     each program's part of each row lies, its loose elements, what it loads) for contiguous
     rows of ``n`` as 128-byte windows, one program per (row, part), as the launcher would cut
     them: (how often each element of x is written, the furthest column any part loads, how
-    many columns parts write without having loaded them). Runs where the split kernel
-    cannot, under the interpreter."""
+    many columns parts write without having loaded them). ``x_reach``: the loads bounded by
+    that much memory (REACH). Runs where the split kernel cannot, under the interpreter."""
     import triton
     import triton.language as tl
 
     @triton.jit
     def cover_kernel(cols_ptr, loose_ptr, far_ptr, missed_ptr, n_cols, stride, chunk_cols,
-                     CHUNK: tl.constexpr, SHIFT: tl.constexpr, LOOSE: tl.constexpr,
-                     ALIGN: tl.constexpr):
+                     x_reach, CHUNK: tl.constexpr, SHIFT: tl.constexpr, LOOSE: tl.constexpr,
+                     ALIGN: tl.constexpr, REACH: tl.constexpr):
         row64 = tl.program_id(0).to(tl.int64)
         part = tl.program_id(1)
         pid = tl.program_id(0) * tl.num_programs(1) + part
@@ -1284,7 +1286,11 @@ def _split_cover(n: int, itemsize: int, loose: int, rows: int, chunk: int = 256)
         x_base, _y, first, v_lo, v_hi, col_ok = split_where(
             row64, n_cols, stride, stride, chunk_cols, start, cols, SHIFT, None, LOOSE)
         ke, oke = split_loose(first, v_lo, v_hi, n_cols, part, SHIFT, None, LOOSE, EDGES)
-        load_ok = split_load_ok(cols, start, chunk_cols, n_cols, SHIFT, LOOSE)
+        if REACH:
+            load_ok = split_load_ok(cols, start, chunk_cols, n_cols, SHIFT, LOOSE,
+                                    x_reach - x_base)
+        else:
+            load_ok = split_load_ok(cols, start, chunk_cols, n_cols, SHIFT, LOOSE)
         # the columns (from x's start) this part writes, -1 for none, and its loose ones
         tl.store(cols_ptr + pid * CHUNK + cols, tl.where(col_ok, x_base + start + cols, -1))
         tl.store(loose_ptr + pid * 2 * SHIFT + tl.arange(0, SLOTS), tl.where(oke, x_base + ke, -1))
@@ -1301,31 +1307,39 @@ def _split_cover(n: int, itemsize: int, loose: int, rows: int, chunk: int = 256)
     loose_cols = torch.full((programs * 2 * shift,), -1, dtype=torch.int64, device=DEVICE)
     far = torch.full((programs,), -1, dtype=torch.int64, device=DEVICE)
     missed = torch.zeros(programs, dtype=torch.int32, device=DEVICE)
-    cover_kernel[(rows, split)](cols, loose_cols, far, missed, n, n, chunk_cols, CHUNK=chunk,
-                                SHIFT=shift, LOOSE=loose, ALIGN=align)
+    cover_kernel[(rows, split)](cols, loose_cols, far, missed, n, n, chunk_cols, x_reach or 0,
+                                CHUNK=chunk, SHIFT=shift, LOOSE=loose, ALIGN=align,
+                                REACH=x_reach is not None)
     written = torch.cat([cols, loose_cols]).cpu().numpy()
     cover = np.bincount(written[written >= 0], minlength=rows * n + 4 * shift)
     return cover, int(far.max().item()), int(missed.sum().item())
 
 
+@pytest.mark.parametrize("bounded", [False, True], ids=["same_loads", "reach"])
 @pytest.mark.parametrize("loose", [False, True], ids=["window_vectors", "loose_vectors"])
 @pytest.mark.parametrize("n, itemsize", [(1001, 2), (777, 2), (1000, 2), (1001, 4), (998, 4)])
-def test_split_parts_and_loose_elements_cover_every_row_once(n, itemsize, loose):
+def test_split_parts_and_loose_elements_cover_every_row_once(n, itemsize, loose, bounded):
     # Every element of every row is written exactly once by the parts of a split row read as
     # 128-byte windows (whole vectors by the part that holds them, loose ones by part 0), and
     # nothing outside the rows; every part loads what it writes, and no part loads past the
-    # reach the launcher checks (_window_fits): odd rows at every offset of their window and
-    # rows off a 32-byte sector, with whole vectors of the window or of 16 bytes.
+    # reach the launcher checks (_split_reach_fits), or with REACH past x's end (x_reach: the
+    # rows' exact memory, whole vectors): odd rows at every offset of their window and rows
+    # off a 32-byte sector, with whole vectors of the window or of 16 bytes.
     shift, vector = 128 // itemsize, 16 // itemsize
     rows = shift + 3  # odd rows start at every offset of the window in turn
-    cover, far, missed = _split_cover(n, itemsize, vector if loose else 0, rows)
+    x_reach = rows * n // vector * vector if bounded else None
+    cover, far, missed = _split_cover(n, itemsize, vector if loose else 0, rows,
+                                      x_reach=x_reach)
     assert (cover[: rows * n] == 1).all(), np.flatnonzero(cover[: rows * n] != 1)[:8]
     assert not cover[rows * n:].any(), np.flatnonzero(cover[rows * n:])[:8] + rows * n
     assert missed == 0
     last_window = (rows - 1) * n // shift * shift
-    reach = ((n + shift - 1) // vector * vector if loose
-             else -(-((rows - 1) * n + n) // shift) * shift - last_window)
+    reach = (n + shift - 1) // (vector if loose else shift) * (vector if loose else shift)
     assert far < last_window + reach, (far, last_window + reach)
+    if bounded:
+        assert far < x_reach, (far, x_reach)
+    else:  # the same loads on every row: the last one's pass x's end here
+        assert far >= rows * n, (far, rows * n)
 
 
 @gpu
@@ -1346,6 +1360,30 @@ def test_gpu_split_loose_vectors_at_every_window_offset(dtype, n):
             check(t, softmax(t, path="split", fully_masked=fm, tuning=knobs), fm)
 
 
+@gpu
+@requires_cuda
+@pytest.mark.parametrize("dtype, n, rows, knobs", [
+    (torch.bfloat16, 22776, 32, None),  # rows off a sector, the exchange a row ahead
+    (torch.float16, 22776, 32, None),
+    (torch.float32, 50257, 128, dict(split_loose_vectors=True)),  # odd rows, one row a loop
+], ids=["bf16", "fp16", "fp32"])
+def test_gpu_split_windows_stop_where_xs_memory_ends(dtype, n, rows, knobs):
+    # x ends with its last row on a 512-byte boundary, so the caching allocator gives it no
+    # slack, and the parts' loads up to the furthest row's last whole vector would leave its
+    # memory: the launch bounds them by it (REACH). The results are checked here; run under
+    # compute-sanitizer with PYTORCH_NO_CUDA_MEMORY_CACHING=1 (bench/gpu_run.sh sanitize),
+    # where x is its own allocation, a load past x's end is an error.
+    assert rows * n * torch.empty(0, dtype=dtype).element_size() % 512 == 0
+    x = gaussian(rows, n, scale=4.0, seed=n)
+    x[::5, : n // 2] = NEG_INF  # -inf runs across the parts' bounds
+    x[-1, -3:] = 9.0  # the last row's largest elements at its very end
+    t = make(x, dtype)
+    assert t.data_ptr() % 128 == 0  # on a window (CUDA allocations are)
+    assert sm._launch(t, torch.empty_like(t), "auto", None, None, knobs, False).options["REACH"]
+    for fm in ("zeros", "nan"):
+        check(t, softmax(t, fully_masked=fm, tuning=knobs), fm)
+
+
 def _bf16_rows_owning(owned: int, rows: int, n: int) -> torch.Tensor:
     """Contiguous bf16 rows (rows, n) on the CPU that start on 128 bytes, in a storage of
     exactly ``owned`` elements (a view's storage is its whole buffer's), so _window_fits
@@ -1357,12 +1395,21 @@ def _bf16_rows_owning(owned: int, rows: int, n: int) -> torch.Tensor:
     return torch.as_strided(starts[0], (rows, n), (n, 1))
 
 
-def test_split_loose_vectors_take_the_vector_where_the_reach_fits(monkeypatch):
+def _split_launch(x: torch.Tensor, tuning: dict | None = None) -> tuple[int, int, int, bool]:
+    """(CHUNK, SHIFT, LOOSE, REACH) of the split launch softmax(x) makes, planned as on a GPU
+    of 132 SMs (monkeypatched by the caller), on CPU tensors."""
+    launch = sm._launch(x, x, "auto", None, None, tuning, False)
+    o = launch.options
+    return o["CHUNK"], o["SHIFT"], o["LOOSE"], o["REACH"]
+
+
+def test_split_windows_stop_at_xs_memory_where_the_last_rows_reach_leaves_it(monkeypatch):
     # split_loose_vectors: odd rows as 128-byte windows with whole vectors of 16 bytes, so
-    # each part reads up to the furthest row's last whole vector (n + 63 columns rounded down
-    # to 8 in bf16), which can pass the windows' own reach: taken where the last row's reach
-    # lies in the memory x owns, else the windows' own vectors. Planned as on a GPU of 132
-    # SMs, on CPU tensors (their storage's exact size counts: no allocator's rounding).
+    # each part loads up to the furthest row's last whole vector (n + 63 columns rounded
+    # down to 8 in bf16), which can pass the last row's end and x's memory with it. There
+    # the launch keeps its windows and bounds its loads by the memory x owns (REACH);
+    # elsewhere it loads the same columns on every row, as before. Planned as on a GPU of
+    # 132 SMs, on CPU tensors (their storage's exact size counts: no allocator's rounding).
     monkeypatch.setattr(sm, "INTERPRETED", False)
     monkeypatch.setattr(sm, "_sm_count", lambda device: 132)
     n, rows = 12297, 4  # the last row starts at 36,891: 27 columns into its window
@@ -1370,40 +1417,42 @@ def test_split_loose_vectors_take_the_vector_where_the_reach_fits(monkeypatch):
     reach = last_window + (n + 63) // 8 * 8  # 49,224 columns from x's start
     own = -(-rows * n // 64) * 64  # 49,216: the windows holding the last row
     assert own < reach
-
-    def loose(owned: int) -> int:
-        """LOOSE of the launch on x that starts on a 128-byte window and owns ``owned``
-        columns."""
-        x = _bf16_rows_owning(owned, rows, n)
-        p, t, align, shift = sm._launch_plan(x, x, "split", None, None,
-                                             dict(split_loose_vectors=True))
-        assert shift == 64
-        return sm._split_options(p, t, align, shift, False, 2)["LOOSE"]
-
-    assert loose(reach) == 8
-    assert loose(reach - 1) == 0 and loose(own) == 0
+    knobs = dict(split_loose_vectors=True, split_chunk=4096)
+    assert _split_launch(_bf16_rows_owning(reach, rows, n), knobs) == (4096, 64, 8, False)
+    for owned in (reach - 1, own, rows * n):
+        assert _split_launch(_bf16_rows_owning(owned, rows, n), knobs) == (4096, 64, 8, True)
 
 
-def test_rows_off_a_sector_read_unwindowed_where_loose_vectors_do_not_fit(monkeypatch):
+def test_rows_off_a_sector_keep_their_windows_where_x_ends_with_them(monkeypatch):
     # bf16 33,016: every other row starts 16 bytes off a 32-byte sector, and the plan reads
     # such rows as 128-byte windows of 16-byte vectors (off_sector_overrides). Where the last
-    # row's reach (its window's start + 33,072 columns) would leave x's memory, they are read
-    # unwindowed with the aligned rows' launch (as before the 16-byte vectors), not as
-    # 128-byte windows of their own vectors (which ran 10 points of copy behind).
+    # row's reach (its window's start + 33,072 columns) would leave x's memory, they stay
+    # windows, with the loads bounded by x's memory (they used to be read unwindowed: bf16
+    # 22,776 at 89% of copy on the H200 against 90-91% windowed).
     monkeypatch.setattr(sm, "INTERPRETED", False)
     monkeypatch.setattr(sm, "_sm_count", lambda device: 132)
     n, rows = 33016, 8  # the last row starts 8 columns into its window and ends on one
     last_window = (rows - 1) * n // 64 * 64
     reach = last_window + (n + 63) // 8 * 8  # 264,176 columns from x's start
     assert reach > rows * n  # past the last row's windows, which end with x
+    assert _split_launch(_bf16_rows_owning(reach, rows, n)) == (2048, 64, 8, False)
+    assert _split_launch(_bf16_rows_owning(reach - 1, rows, n)) == (2048, 64, 8, True)
+    # rows on a sector need no window, whatever x owns
+    assert _split_launch(_bf16_rows_owning(4 * 33024, 4, 33024)) == (2048, 1, 0, False)
 
-    def launch(owned: int) -> tuple[int, int, bool]:
-        x = _bf16_rows_owning(owned, rows, n)
-        p, t, align, shift = sm._launch_plan(x, x, "auto", None, None, None)
-        return p.block, shift, bool(t["split_loose_vectors"])
 
-    assert launch(reach) == (2048, 64, True)
-    assert launch(reach - 1) == (2048, 1, False)
+def test_split_windows_bounded_by_xs_memory_compile_without_a_spill():
+    # REACH (loads bounded by x's memory, where the last row's reach would pass it) is a
+    # different kernel with one bound per row: no spill under the plan's register cap, with
+    # the exchange a row ahead (bf16 22,776) and without (bf16 and fp32 50,257, fp32 100,001).
+    bf16, fp32 = ("--dtypes", "bfloat16", "--ns", "22776,50257"), ("--dtypes", "float32",
+                                                                  "--ns", "50257,100001")
+    bounded = _split_ptxas(*bf16, "--reach") + _split_ptxas(*fp32, "--reach")
+    plain = _split_ptxas(*bf16) + _split_ptxas(*fp32)
+    assert [r["options"]["REACH"] for r in bounded] == [True, True, True, True]
+    assert [r["options"]["REACH"] for r in plain] == [False] * 4
+    assert all(r["spill_bytes"] == 0 for r in bounded), [r["spill_bytes"] for r in bounded]
+    assert all(a["ptx_sha"] != b["ptx_sha"] for a, b in zip(bounded, plain))
 
 
 def test_split_loose_vectors_compile_without_a_spill_and_leave_aligned_rows_alone():

@@ -130,6 +130,8 @@ WIDEN_BF16_BITS = tl.constexpr(not INTERPRETED)
 #: specialisation value would be one more compilation. The divisibility the vectorised loads
 #: need comes back through the constexpr ``ALIGN`` (two variants at most per block size).
 SOFTMAX_DO_NOT_SPECIALIZE: tuple[str, ...] = ("n_rows", "n_cols", "stride_xm", "stride_ym")
+#: ... and for the split kernel, the memory x owns (a window's bound, rounded in the kernel).
+SPLIT_DO_NOT_SPECIALIZE: tuple[str, ...] = (*SOFTMAX_DO_NOT_SPECIALIZE, "x_reach")
 
 
 def _alignment(itemsize: int, n_cols: int, *strides: int) -> int:
@@ -673,11 +675,12 @@ def _wait_packed(part_ptr, row64, lanes, lane_ok, SPLIT: tl.constexpr, MAX_SPIN:
     return ms, ds, seen
 
 
-@triton.jit(do_not_specialize=SOFTMAX_DO_NOT_SPECIALIZE)
+@triton.jit(do_not_specialize=SPLIT_DO_NOT_SPECIALIZE)
 def _softmax_split_kernel(
     x_ptr, y_ptr, part_ptr, count_ptr, n_rows, n_cols, stride_xm, stride_ym,
     chunk_cols,  # the columns each program owns: <= CHUNK, a multiple of 16 and of SHIFT
     # (split_columns)
+    x_reach,  # the elements of memory x owns from x_ptr on (_readable), whole vectors: REACH
     CHUNK: tl.constexpr,  # elements each program keeps in registers (power of two)
     SPLIT: tl.constexpr,  # programs per row: SPLIT * CHUNK >= n_cols (any count, not padded
     # to a power of two: 151,936 = 19 chunks of 8192, not 32)
@@ -697,6 +700,8 @@ def _softmax_split_kernel(
     # published before row r's wait (split_exchange_ahead)
     LOOSE: tl.constexpr = 0,  # > 0 (with SHIFT > 1): the row's whole vectors are LOOSE elements
     # (16 bytes), not SHIFT: 2 LOOSE loose-element slots, not 2 SHIFT (split_loose_vectors)
+    REACH: tl.constexpr = False,  # (with SHIFT > 1) loads stop at x_reach: the last row's
+    # furthest whole vectors would pass the memory x owns (see _split_load_ok)
 ):
     if ALIGN > 1:
         # The launcher checked that sizes and strides are multiples of ALIGN (one 16-byte
@@ -731,15 +736,15 @@ def _softmax_split_kernel(
     lane_ok = lanes < SPLIT
     if AHEAD:
         _split_rows_ahead(x_ptr, y_ptr, part_ptr, n_rows, n_cols, stride_xm, stride_ym,
-                          chunk_cols, chunk, group, n_groups, start, cols, lanes, lane_ok,
+                          chunk_cols, x_reach, chunk, group, n_groups, start, cols, lanes, lane_ok,
                           SPLIT, NAN_IF_EMPTY, MAX_SPIN, SHIFT, STAGES, POLL_LOADS, LOOSE,
-                          EDGES)
+                          EDGES, REACH)
     else:
         for row in tl.range(group, n_rows, n_groups, num_stages=STAGES):
             row64 = row.to(tl.int64)
             e, xe, m_c, d_c, where = _split_part(x_ptr, row64, n_cols, stride_xm, stride_ym,
-                                                 chunk, chunk_cols, start, cols, SHIFT, None,
-                                                 LOOSE, EDGES)
+                                                 chunk, chunk_cols, x_reach, start, cols,
+                                                 SHIFT, None, LOOSE, EDGES, REACH)
             if PACKED:
                 ms, ds, seen = _exchange_packed(part_ptr, row64, chunk, m_c, d_c, lanes, lane_ok,
                                                 SPLIT, MAX_SPIN, POLL_IN_ASM or STAGES > 1,
@@ -753,10 +758,10 @@ def _softmax_split_kernel(
 
 @triton.jit
 def _split_rows_ahead(x_ptr, y_ptr, part_ptr, n_rows, n_cols, stride_xm, stride_ym,
-                      chunk_cols, chunk, group, n_groups, start, cols, lanes, lane_ok,
+                      chunk_cols, x_reach, chunk, group, n_groups, start, cols, lanes, lane_ok,
                       SPLIT: tl.constexpr, NAN_IF_EMPTY: tl.constexpr, MAX_SPIN: tl.constexpr,
                       SHIFT: tl.constexpr, STAGES: tl.constexpr, POLL_LOADS: tl.constexpr,
-                      LOOSE: tl.constexpr, EDGES: tl.constexpr):
+                      LOOSE: tl.constexpr, EDGES: tl.constexpr, REACH: tl.constexpr):
     """The split kernel's row loop with the exchange a row ahead (split_exchange_ahead).
 
     The row loop above reads its part of row r, publishes its (m_c, d_c) and waits for the
@@ -770,16 +775,16 @@ def _split_rows_ahead(x_ptr, y_ptr, part_ptr, n_rows, n_cols, stride_xm, stride_
     # The group's first row (nothing past the tensor: a group may own no row at all).
     first64 = group.to(tl.int64)
     e, xe, m_c, d_c, _first = _split_part(x_ptr, first64, n_cols, stride_xm, stride_ym, chunk,
-                                          chunk_cols, start, cols, SHIFT, group < n_rows, LOOSE,
-                                          EDGES)
+                                          chunk_cols, x_reach, start, cols, SHIFT,
+                                          group < n_rows, LOOSE, EDGES, REACH)
     _publish_packed(part_ptr, first64, chunk, m_c, d_c, SPLIT, group < n_rows)
     for row in tl.range(group, n_rows, n_groups, num_stages=STAGES):
         # 1. The next row's part: read, reduced and published (masked past the last row).
         nxt = row + n_groups
         nxt64 = nxt.to(tl.int64)
         e_n, xe_n, m_n, d_n, _next = _split_part(x_ptr, nxt64, n_cols, stride_xm, stride_ym,
-                                                 chunk, chunk_cols, start, cols, SHIFT,
-                                                 nxt < n_rows, LOOSE, EDGES)
+                                                 chunk, chunk_cols, x_reach, start, cols, SHIFT,
+                                                 nxt < n_rows, LOOSE, EDGES, REACH)
         _publish_packed(part_ptr, nxt64, chunk, m_n, d_n, SPLIT, nxt < n_rows)
         # 2. This row's wait, merge and write; where it goes is worked out again (integer
         # arithmetic) rather than held across the loop (a mask as long as the part).
@@ -838,13 +843,25 @@ def _split_loose(first, v_lo, v_hi, n_cols, chunk, SHIFT: tl.constexpr, row_ok,
 
 
 @triton.jit
-def _split_load_ok(cols, start, chunk_cols, n_cols, SHIFT: tl.constexpr, LOOSE: tl.constexpr):
+def _split_load_ok(cols, start, chunk_cols, n_cols, SHIFT: tl.constexpr, LOOSE: tl.constexpr,
+                   room=None):
     """The mask a split part of windowed rows loads under (SHIFT > 1), the same for every row:
     its columns below the furthest whole vector of any row, ceil(n / SHIFT) windows (v_hi <=
     that); with whole vectors of LOOSE elements a row's v_hi can pass it (first + n rounded
-    down to a vector, first up to SHIFT - 1), so then (n + SHIFT - 1) rounded down to LOOSE."""
+    down to a vector, first up to SHIFT - 1), so then (n + SHIFT - 1) rounded down to LOOSE.
+
+    That bound can pass the last row's end by up to SHIFT - 1 columns, and x's end with it
+    (the launcher checks: _split_reach_fits). Where it would, ``room`` (REACH) is the
+    columns of memory x owns from the row's window on (x_reach - x_base, whole vectors), and
+    the mask stops there too: one bound per row, so the pipelined loop computes the mask
+    again for each row (bf16 in chunks of 2048: 1,200 SASS instructions, not 1,120), which
+    is why it is not the rule."""
     VEC: tl.constexpr = LOOSE if LOOSE > 0 else SHIFT  # the whole vectors' width
     whole = (n_cols + SHIFT - 1) // VEC * VEC
+    if room is not None:
+        # Past every row but the last, room > whole. Rounded down to VEC, the bound keeps
+        # the mask constant over whole vectors (so the loads stay vectorised).
+        whole = tl.minimum(room, whole).to(tl.int32) // VEC * VEC
     return (cols < chunk_cols) & (start + cols < whole)
 
 
@@ -872,14 +889,15 @@ def _load_part(ptrs, load_ok, ok, WINDOW: tl.constexpr, EVICT: tl.constexpr):
 
 
 @triton.jit
-def _split_part(x_ptr, row64, n_cols, stride_xm, stride_ym, chunk, chunk_cols, start, cols,
-                SHIFT: tl.constexpr, row_ok, LOOSE: tl.constexpr, EDGES: tl.constexpr):
+def _split_part(x_ptr, row64, n_cols, stride_xm, stride_ym, chunk, chunk_cols, x_reach, start,
+                cols, SHIFT: tl.constexpr, row_ok, LOOSE: tl.constexpr, EDGES: tl.constexpr,
+                REACH: tl.constexpr = False):
     """One program's part of a split row, read once: (e, xe, m_c, d_c, where), its exps
     e = exp(x - m_c) over the part's columns (and xe over the row's loose elements, chunk 0
     only, SHIFT > 1), kept in registers until _split_finish writes them, the part's
     (m_c, d_c) for the exchange, and where they go: (y_base, col_ok, ke, oke). ``row_ok``
     (None: every row) false reads nothing: a row past the tensor. LOOSE, EDGES: see
-    _split_loose."""
+    _split_loose; REACH: see _split_load_ok."""
     x_base, y_base, first, v_lo, v_hi, col_ok = _split_where(
         row64, n_cols, stride_xm, stride_ym, chunk_cols, start, cols, SHIFT, row_ok, LOOSE)
     # The chunk is read once and stays in registers until it is written.
@@ -890,8 +908,12 @@ def _split_part(x_ptr, row64, n_cols, stride_xm, stride_ym, chunk, chunk_cols, s
         # 1,192 without). So load with a mask that is the same for every row, the part's
         # columns up to the furthest whole vector of any row (_split_load_ok), and apply the
         # row's own bounds after the copy. The few neighbouring columns it also reads lie in
-        # memory x owns (the launcher checked: _window_fits).
-        load_ok = _split_load_ok(cols, start, chunk_cols, n_cols, SHIFT, LOOSE)
+        # memory x owns (the launcher checked), or else (REACH) the mask stops at x_reach.
+        if REACH:
+            load_ok = _split_load_ok(cols, start, chunk_cols, n_cols, SHIFT, LOOSE,
+                                     x_reach - x_base)
+        else:
+            load_ok = _split_load_ok(cols, start, chunk_cols, n_cols, SHIFT, LOOSE)
         if row_ok is not None:
             load_ok = load_ok & row_ok
         x = _load_part(x_ptr + (x_base + start) + cols, load_ok, col_ok, True, "evict_first")
@@ -1000,41 +1022,36 @@ def _launch_plan(x2: torch.Tensor, y2: torch.Tensor, path: str, max_on_chip: int
             # for them (the exchange a row ahead lost on 128-byte windows of the windows'
             # vectors: H200, bf16 33,000 77% of copy against 87%; with 16-byte vectors inside
             # them it wins), then the caller's. Knobs that narrow the windows to 16 bytes read
-            # such a row unwindowed, with the aligned rows' launch; so does the launcher where
-            # the 16-byte vectors' reach would leave x's memory.
+            # such a row unwindowed, with the aligned rows' launch.
             t_wide = {**t, **t["off_sector_overrides"], **(tuning or {})}
             wide = _shift(itemsize, align, x2, y2, int(t_wide["split_window_bytes"]))
-            if t_wide["split_loose_vectors"] and not _loose_fits(x2, wide):
-                wide = shift
             if wide > shift:
                 p_wide = plan(n_cols + wide - 1, path="split", tile=tile, tuning=t_wide,
                               itemsize=itemsize, interpreted=INTERPRETED)
         if wide > shift and p_wide.split * p_wide.block >= n_cols + wide - 1:
             t, p, shift = t_wide, p_wide, wide
-    if p.path == "split" and t["split_loose_vectors"] and not _loose_fits(x2, shift):
-        # Whole vectors of 16 bytes inside windows of shift: each part reads up to the
-        # furthest row's last whole vector (_split_load_ok's bound), past what _window_fits
-        # checks below; where the last row's would leave memory x owns, the windows' own vectors.
-        t = {**t, "split_loose_vectors": False}
-    if shift > 1 and p.path in ("stream", "split") and not _window_fits(x2, shift):
+    if shift > 1 and p.path == "stream" and not _window_fits(x2, shift):
         # The last row's end vector could reach past the memory x owns: element by element
-        # (split rows keep their launch; with PyTorch's CUDA caching allocator, whose blocks
-        # are whole 512 bytes, a window of at most 128 bytes always fits).
+        # (with PyTorch's CUDA caching allocator, whose blocks are whole 512 bytes, a window
+        # of at most 128 bytes always fits). Split parts keep their windows, and their loads
+        # stop at the memory x owns instead (REACH, see _split_reach_fits).
         shift = 1
-        if p.path == "stream":
-            t = _tuning(n_cols, itemsize, path, tuning)
-            p = plan(n_cols, path="stream", tile=tile, tuning=t, itemsize=itemsize,
-                     interpreted=INTERPRETED)
+        t = _tuning(n_cols, itemsize, path, tuning)
+        p = plan(n_cols, path="stream", tile=tile, tuning=t, itemsize=itemsize,
+                 interpreted=INTERPRETED)
     return p, t, align, shift
 
 
-def _loose_fits(x2: torch.Tensor, shift: int) -> bool:
-    """Whether split windows of ``shift`` can take whole vectors of 16 bytes
-    (split_loose_vectors) on x2's rows: each part then reads up to the furthest row's last
-    whole vector, n + shift - 1 columns rounded down to a vector from the start of a row's
-    window (_split_load_ok's bound), which must lie in memory x2 owns for the last row."""
-    n_cols, vector = x2.shape[1], 16 // x2.element_size()
-    return shift > vector and _window_fits(x2, shift, (n_cols + shift - 1) // vector * vector)
+def _split_reach_fits(x2: torch.Tensor, shift: int, loose: int) -> bool:
+    """Whether the split parts of x2's rows as windows of ``shift`` (whole vectors of
+    ``loose`` elements, 0: of the window) may load the same columns on every row: up to the
+    furthest row's last whole vector, n + shift - 1 columns rounded down to a vector from a
+    row's window start (_split_load_ok), which must lie in memory x2 owns for the last row.
+    Where not, the launch bounds its loads by that memory (REACH) instead of giving up the
+    windows (the bench's bf16 22,776, whose last row's reach passes x's end by 96 bytes, read
+    unwindowed: 89.2% of copy on the H200, 89.7% with REACH)."""
+    vec = loose or shift
+    return shift == 1 or _window_fits(x2, shift, (x2.shape[1] + shift - 1) // vec * vec)
 
 
 def _window_fits(x2: torch.Tensor, shift: int, reach: int | None = None) -> bool:
@@ -1184,6 +1201,7 @@ def _plan_launch(x2: torch.Tensor, y2: torch.Tensor, path: str, max_on_chip: int
             "them one at a time. Use path='stream' (or 'auto') under TRITON_INTERPRET=1"
         )
     options = _split_options(p, t, align, shift, nan_if_empty, x2.element_size())
+    options["REACH"] = not _split_reach_fits(x2, shift, options["LOOSE"])  # x's end is near
     fit_key = None
     if t["split_fit_registers"]:
         fit_key = (x2.device, x2.dtype, configs_pinned(), *sorted(options.items()))
@@ -1233,6 +1251,7 @@ def _run(launch: _Launch, x2: torch.Tensor, y2: torch.Tensor) -> None:
         launch.kernel[launch.grid](x2, y2, *launch.ints(x2, y2), **launch.options)
         return
     n_rows, n_cols = x2.shape
+    vector = 16 // x2.element_size()
     # Split rows: as many groups of SPLIT programs as the GPU holds at once (they wait for
     # each other), from what the last such launch's registers and shared memory let an SM hold.
     per_sm = _SPLIT_FIT.get(launch.fit_key, launch.per_sm) if launch.fit_key else launch.per_sm
@@ -1246,6 +1265,7 @@ def _run(launch: _Launch, x2: torch.Tensor, y2: torch.Tensor) -> None:
         count = torch.zeros(n_rows, dtype=torch.int32, device=x2.device)
     compiled = launch.kernel[(groups * split,)](
         x2, y2, part, count, n_rows, n_cols, x2.stride(0), y2.stride(0), launch.columns,
+        _readable(x2) // vector * vector,
         **launch.options)
     if launch.fit_key:
         props = _device_properties(x2.device)
@@ -1284,7 +1304,7 @@ def _split_options(p: Plan, t: dict[str, Any], align: int, shift: int,
         CHUNK=p.block, SPLIT=p.split, LANES=ex.lanes, NAN_IF_EMPTY=nan_if_empty,
         MAX_SPIN=int(t["max_spin"]), ALIGN=align, SHIFT=shift, PACKED=ex.packed, STAGES=ex.stages,
         POLL_IN_ASM=ex.poll_in_asm, POLL_LOADS=ex.poll_loads, AHEAD=ex.ahead,
-        LOOSE=loose, num_warps=p.num_warps,
+        LOOSE=loose, REACH=False, num_warps=p.num_warps,
         **({"maxnreg": _register_cap(per_sm, p.num_warps)} if t["split_cap_registers"] else {}))
 
 
