@@ -7,7 +7,7 @@ TensorDescriptor. The idea was to take the sectors a warp's loads straddle on ro
 sector (bf16 22,520: 89-90% of copy) out of the shipped split kernel's way; the exchange and
 the merge are the shipped kernel's (_publish_packed, _wait_packed).
 
-On the H200 (triton 3.6, thirty-fifth round) every variant lost to the shipped launch by
+On the H200 (triton 3.6, twenty-eighth softmax round) every variant lost to the shipped launch by
 18-23 points of copy at 21,000-65,536 (TMA loads 67-72%, TMA stores too 36-40%, against
 90-92%): reports/h200/bench_softmax.md. Kept to reproduce that:
 
