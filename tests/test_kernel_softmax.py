@@ -1245,8 +1245,9 @@ def test_the_shipped_split_launches_do_not_spill():
 
 def test_rows_off_a_sector_take_their_rows_knobs_then_the_callers():
     # Every other row of bf16 33,000 or 52,008 starts 16 bytes off a 32-byte sector. At
-    # 33,000 (and 22,520) the PLAN_TABLE row reads them with the aligned rows' launch, the
-    # exchange a row ahead in chunks of 2048, as 128-byte windows of 16-byte vectors; at
+    # 33,000 (and 22,520, as 32-byte windows: fewer parts) the PLAN_TABLE row reads them
+    # with the aligned rows' launch, the exchange a row ahead in chunks of 2048, as 128-byte
+    # windows of 16-byte vectors; at
     # 52,008 as 128-byte windows of their own vectors in chunks of 8192, not ahead. A
     # caller's knob still wins over them: unwindowed at 33,000 (16-byte windows), chunks of
     # 4096 at 52,008.
@@ -1257,7 +1258,7 @@ def test_rows_off_a_sector_take_their_rows_knobs_then_the_callers():
                            "--tuning", '{"split_chunk": 4096}')
     assert [tuple(r["options"][k] for k in ("CHUNK", "AHEAD", "SHIFT", "LOOSE"))
             for r in (*own, narrow, mine)] == [
-        (2048, True, 64, 8), (2048, True, 64, 8), (8192, False, 64, 0), (2048, True, 1, 0),
+        (2048, True, 64, 8), (2048, True, 16, 8), (8192, False, 64, 0), (2048, True, 1, 0),
         (4096, False, 64, 0)]
 
 
@@ -1267,13 +1268,15 @@ split_where, split_loose, split_load_ok = sm._split_where, sm._split_loose, sm._
 
 
 def _split_cover(n: int, itemsize: int, loose: int, rows: int, chunk: int = 256,
-                 x_reach: int | None = None):
+                 x_reach: int | None = None, window_bytes: int = 128):
     """Run the split kernel's index helpers (_split_where, _split_loose, _split_load_ok: where
     each program's part of each row lies, its loose elements, what it loads) for contiguous
     rows of ``n`` as 128-byte windows, one program per (row, part), as the launcher would cut
     them: (how often each element of x is written, the furthest column any part loads, how
     many columns parts write without having loaded them). ``x_reach``: the loads bounded by
-    that much memory (REACH). Runs where the split kernel cannot, under the interpreter."""
+    that much memory (REACH); ``window_bytes``: the windows' width (split_window_bytes), the
+    parts covering the rows' span (_window_span). Runs where the split kernel cannot, under
+    the interpreter."""
     import triton
     import triton.language as tl
 
@@ -1302,11 +1305,11 @@ def _split_cover(n: int, itemsize: int, loose: int, rows: int, chunk: int = 256,
         tl.store(far_ptr + pid, tl.max(tl.where(load_ok, x_base + start + cols, -1), axis=0))
         tl.store(missed_ptr + pid, tl.sum((col_ok & ~load_ok).to(tl.int32), axis=0))
 
-    shift = 128 // itemsize
+    shift = window_bytes // itemsize
     align = sm._alignment(itemsize, n, n)
-    chunk_cols = sp.split_columns(n + shift - 1, -(-(n + shift - 1) // chunk), chunk,
-                                  granule=shift)
-    split = -(-(n + shift - 1) // chunk_cols)
+    span = sm._window_span(torch.empty(rows, n), shift)  # (its stride in elements is n)
+    chunk_cols = sp.split_columns(span, -(-span // chunk), chunk, granule=shift)
+    split = -(-span // chunk_cols)
     programs = rows * split
     cols = torch.full((programs * chunk,), -1, dtype=torch.int64, device=DEVICE)
     loose_cols = torch.full((programs * 2 * shift,), -1, dtype=torch.int64, device=DEVICE)
@@ -1320,21 +1323,25 @@ def _split_cover(n: int, itemsize: int, loose: int, rows: int, chunk: int = 256,
     return cover, int(far.max().item()), int(missed.sum().item())
 
 
+@pytest.mark.parametrize("window", [128, 32], ids=["w128", "w32"])
 @pytest.mark.parametrize("bounded", [False, True], ids=["same_loads", "reach"])
 @pytest.mark.parametrize("loose", [False, True], ids=["window_vectors", "loose_vectors"])
 @pytest.mark.parametrize("n, itemsize", [(1001, 2), (777, 2), (1000, 2), (1001, 4), (998, 4)])
-def test_split_parts_and_loose_elements_cover_every_row_once(n, itemsize, loose, bounded):
+def test_split_parts_and_loose_elements_cover_every_row_once(n, itemsize, loose, bounded,
+                                                             window):
     # Every element of every row is written exactly once by the parts of a split row read as
-    # 128-byte windows (whole vectors by the part that holds them, loose ones by part 0), and
-    # nothing outside the rows; every part loads what it writes, and no part loads past the
-    # reach the launcher checks (_split_reach_fits), or with REACH past x's end (x_reach: the
-    # rows' exact memory, whole vectors): odd rows at every offset of their window and rows
-    # off a 32-byte sector, with whole vectors of the window or of 16 bytes.
-    shift, vector = 128 // itemsize, 16 // itemsize
+    # 128- or 32-byte windows (whole vectors by the part that holds them, loose ones by part
+    # 0), and nothing outside the rows, with parts that cover only the rows' span
+    # (_window_span: 1000 16-bit columns as 32-byte windows, 1008); every part loads what it
+    # writes, and no part loads past the reach the launcher checks (_split_reach_fits), or
+    # with REACH past x's end (x_reach: the rows' exact memory, whole vectors): odd rows at
+    # every offset of their window and rows off a 32-byte sector, with whole vectors of the
+    # window or of 16 bytes.
+    shift, vector = window // itemsize, 16 // itemsize
     rows = shift + 3  # odd rows start at every offset of the window in turn
     x_reach = rows * n // vector * vector if bounded else None
     cover, far, missed = _split_cover(n, itemsize, vector if loose else 0, rows,
-                                      x_reach=x_reach)
+                                      x_reach=x_reach, window_bytes=window)
     assert (cover[: rows * n] == 1).all(), np.flatnonzero(cover[: rows * n] != 1)[:8]
     assert not cover[rows * n:].any(), np.flatnonzero(cover[rows * n:])[:8] + rows * n
     assert missed == 0
@@ -1343,7 +1350,7 @@ def test_split_parts_and_loose_elements_cover_every_row_once(n, itemsize, loose,
     assert far < last_window + reach, (far, last_window + reach)
     if bounded:
         assert far < x_reach, (far, x_reach)
-    else:  # the same loads on every row: the last one's pass x's end here
+    elif window == 128:  # the same loads on every row: the last one's pass x's end here
         assert far >= rows * n, (far, rows * n)
 
 
@@ -1392,12 +1399,13 @@ def test_gpu_split_windows_stop_where_xs_memory_ends(dtype, n, rows, knobs):
 def _bf16_rows_owning(owned: int, rows: int, n: int) -> torch.Tensor:
     """Contiguous bf16 rows (rows, n) on the CPU that start on 128 bytes, in a storage of
     exactly ``owned`` elements (a view's storage is its whole buffer's), so _window_fits
-    sees that size and no allocator's rounding."""
-    held = [torch.empty(owned, dtype=torch.bfloat16) for _ in range(16)]
-    starts = [b for b in held if b.data_ptr() % 128 == 0]
-    if not starts:
-        pytest.skip("no CPU allocation on a 128-byte boundary")
-    return torch.as_strided(starts[0], (rows, n), (n, 1))
+    sees that size and no allocator's rounding: a numpy buffer's slice that starts on 128
+    bytes, which torch.frombuffer wraps as a storage of exactly that slice."""
+    buffer = np.empty(2 * owned + 128, dtype=np.uint8)
+    skip = -buffer.ctypes.data % 128
+    held = torch.frombuffer(memoryview(buffer[skip: skip + 2 * owned]), dtype=torch.bfloat16)
+    assert held.data_ptr() % 128 == 0 and held.untyped_storage().nbytes() == 2 * owned
+    return torch.as_strided(held, (rows, n), (n, 1))
 
 
 def _split_launch(x: torch.Tensor, tuning: dict | None = None) -> tuple[int, int, int, bool]:
@@ -1444,6 +1452,26 @@ def test_rows_off_a_sector_keep_their_windows_where_x_ends_with_them(monkeypatch
     assert _split_launch(_bf16_rows_owning(reach - 1, rows, n)) == (2048, 64, 8, True)
     # rows on a sector need no window, whatever x owns
     assert _split_launch(_bf16_rows_owning(4 * 33024, 4, 33024)) == (2048, 1, 0, False)
+
+
+@pytest.mark.parametrize("n, window, parts", [
+    (22520, 16, 11), (32760, 16, 16), (22776, 64, 12), (33000, 64, 17), (22264, 64, 11)])
+def test_rows_off_a_sector_take_narrower_windows_only_where_they_take_fewer_parts(
+        monkeypatch, n, window, parts):
+    # bf16 rows of 22,520 (every other one 16 bytes off a sector) span 22,576 columns as
+    # 128-byte windows, 12 parts of 2048, and 22,528 as 32-byte ones: 11 parts, so they are
+    # taken (split_fewer_parts_window_bytes); 22,776 and 33,000 take as many parts either way
+    # and keep 128 bytes; 22,264 fits in 11 either way. The parts cover the span, and the
+    # caller's 0 keeps 128-byte windows.
+    monkeypatch.setattr(sm, "INTERPRETED", False)
+    monkeypatch.setattr(sm, "_sm_count", lambda device: 132)
+    x = _bf16_rows_owning(64 * n, 64, n)
+    launch = sm._launch(x, x, "auto", None, None, None, False)
+    assert (launch.options["SHIFT"], launch.options["SPLIT"]) == (window, parts)
+    assert parts * launch.columns >= n + window - math.gcd(n, window)
+    if window == 16:
+        wide = sm._launch(x, x, "auto", None, None, dict(split_fewer_parts_window_bytes=0), False)
+        assert (wide.options["SHIFT"], wide.options["SPLIT"]) == (64, parts + 1)
 
 
 def test_the_tma_split_experiment_still_reads_its_parts_by_tma():

@@ -66,6 +66,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 import os
 import sys
 from typing import Any
@@ -689,7 +690,8 @@ def _softmax_split_kernel(
     MAX_SPIN: tl.constexpr,  # bound on the wait for the other chunks (then NaN, never a hang)
     ALIGN: tl.constexpr,  # n_cols and both row strides are multiples of ALIGN (see _alignment)
     SHIFT: tl.constexpr = 1,  # > 1: rows as aligned windows (see _row_window); SPLIT * CHUNK
-    # then covers n_cols + SHIFT - 1, and chunk 0 also owns the loose elements at both ends
+    # then covers the rows' span (_window_span), and chunk 0 also owns the loose elements at
+    # both ends
     PACKED: tl.constexpr = False,  # (m_c, d_c) published as one 64-bit word that is its own
     # ready flag (part_ptr: int64, filled with -1; count_ptr unused): see _exchange_packed
     STAGES: tl.constexpr = 1,  # > 1 (with PACKED): the poll runs inside one PTX loop, and the
@@ -1026,9 +1028,18 @@ def _launch_plan(x2: torch.Tensor, y2: torch.Tensor, path: str, max_on_chip: int
             t_wide = {**t, **t["off_sector_overrides"], **(tuning or {})}
             wide = _shift(itemsize, align, x2, y2, int(t_wide["split_window_bytes"]))
             if wide > shift:
-                p_wide = plan(n_cols + wide - 1, path="split", tile=tile, tuning=t_wide,
+                p_wide = plan(_window_span(x2, wide), path="split", tile=tile, tuning=t_wide,
                               itemsize=itemsize, interpreted=INTERPRETED)
-        if wide > shift and p_wide.split * p_wide.block >= n_cols + wide - 1:
+                # Narrower windows where the row then takes fewer parts (they span fewer
+                # columns: _window_span); where the parts stay as many, the wider ones won.
+                few = int(t_wide["split_fewer_parts_window_bytes"])
+                narrow = _shift(itemsize, align, x2, y2, few) if few else shift
+                if shift < narrow < wide:
+                    p_narrow = plan(_window_span(x2, narrow), path="split", tile=tile,
+                                    tuning=t_wide, itemsize=itemsize, interpreted=INTERPRETED)
+                    if p_narrow.split < p_wide.split:
+                        wide, p_wide = narrow, p_narrow
+        if wide > shift and p_wide.split * p_wide.block >= _window_span(x2, wide):
             t, p, shift = t_wide, p_wide, wide
     if shift > 1 and p.path == "stream" and not _window_fits(x2, shift):
         # The last row's end vector could reach past the memory x owns: element by element
@@ -1040,6 +1051,23 @@ def _launch_plan(x2: torch.Tensor, y2: torch.Tensor, path: str, max_on_chip: int
         p = plan(n_cols, path="stream", tile=tile, tuning=t, itemsize=itemsize,
                  interpreted=INTERPRETED)
     return p, t, align, shift
+
+
+def _window_span(x2: torch.Tensor, shift: int) -> int:
+    """The columns x2's rows span as windows of ``shift`` elements, up to the end of the row
+    that starts furthest into its window: n + shift - g, g = gcd(row stride, shift), since
+    x2 starts on a window and row r starts r * stride elements on, at a multiple of g within
+    its window (at most shift - g); n for a single row. The split parts need cover no more:
+    bf16 rows of 22,520 (16 bytes off a sector every other row) as 32-byte windows span
+    22,528 columns, 11 parts of 2048, where n + shift - 1 = 22,535 took 12.
+
+    >>> _window_span(torch.empty(4, 22520, dtype=torch.bfloat16), 16)
+    22528
+    """
+    n_rows, n_cols = x2.shape
+    if shift == 1 or n_rows == 1:
+        return n_cols
+    return n_cols + shift - math.gcd(x2.stride(0), shift)
 
 
 def _split_reach_fits(x2: torch.Tensor, shift: int, loose: int) -> bool:
@@ -1205,8 +1233,8 @@ def _plan_launch(x2: torch.Tensor, y2: torch.Tensor, path: str, max_on_chip: int
     fit_key = None
     if t["split_fit_registers"]:
         fit_key = (x2.device, x2.dtype, configs_pinned(), *sorted(options.items()))
-    columns = split_columns(n_cols + shift - 1, p.split, p.block, bool(t["split_balanced"]),
-                            granule=shift)
+    columns = split_columns(_window_span(x2, shift), p.split, p.block,
+                            bool(t["split_balanced"]), granule=shift)
     return _Launch("split", _variant(_softmax_split_kernel, _softmax_split_specialised), (),
                    options, columns, int(t["split_programs_per_sm"]), fit_key)
 

@@ -96,6 +96,14 @@ TUNING: dict[str, Any] = {
     # windows of 16 for odd and off-sector rows of 16k-100k in every dtype). 16: one vector,
     # only where a row starts off the vector.
     "split_window_bytes": 128,
+    # ... or of this many bytes (0: never) where that cuts the row into fewer parts: a row
+    # spans its windows' width less gcd(row stride, width) more columns (_window_span), so
+    # bf16 rows of 22,520, 16 bytes off a sector every other row, span 22,576 columns as
+    # 128-byte windows (12 parts of 2048) and 22,528 as 32-byte ones (11). H200, medians of 3,
+    # bf16 / fp16: 22,520 at 91.4 / 92.2% of copy against 89.4 / 90.0%, 32,760 (16 parts, not
+    # 17) at 91.8 / 91.0% against 90.7 / 90.5%; where the parts stay as many, 32-byte windows
+    # lost 0.3-0.8 points (21,000, 22,264, 33,000, 36,008), so they are not the rule.
+    "split_fewer_parts_window_bytes": 0,
     # Inside such windows, the row's whole vectors of 16 bytes, not of the window: a row then
     # has at most 2 x 7 loose elements (16-bit; 2 x 3 in fp32), not 2 x 63 (2 x 31), and chunk
     # 0's max and sum of them stay inside a warp. Offline (triton 3.6, bf16 12,289 in chunks of
@@ -354,9 +362,9 @@ _SPLIT_FP32_AHEAD_2K = dict(_SPLIT_FP32_AHEAD, split_chunk=2048, split_warps=2,
 # fp16: 21,000 / 33,000 / 36,008 at 89.5 / 90.2 / 90.8% and 90.8 / 91.2 / 91.7% of copy
 # against 88.3 / 89.0 / 89.4% and 89.6 / 89.9 / 90.1% unwindowed (16-byte windows: each
 # warp's loads straddle sectors), which had beaten 128-byte windows of the windows' vectors
-# (86.3 / 86.8 / 88.5%, bf16). Where the loose vectors' reach leaves x's memory they are read
-# unwindowed (the launcher).
-_OFF_SECTOR_LOOSE = dict(split_loose_vectors=True)
+# (86.3 / 86.8 / 88.5%, bf16). Where 32-byte windows take fewer parts, they are taken
+# (split_fewer_parts_window_bytes).
+_OFF_SECTOR_LOOSE = dict(split_loose_vectors=True, split_fewer_parts_window_bytes=32)
 # ... of 49,153-131,072: windows (odd N) in chunks of 4096 (2 warps, ten per SM), rows off a
 # sector as 128-byte windows in chunks of 8192 five per SM
 _16_AHEAD_SMALL_WINDOWS = dict(window_overrides=_SPLIT_16_SMALL,
