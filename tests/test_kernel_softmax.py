@@ -1474,6 +1474,28 @@ def test_rows_off_a_sector_take_narrower_windows_only_where_they_take_fewer_part
         assert (wide.options["SHIFT"], wide.options["SPLIT"]) == (64, parts + 1)
 
 
+@gpu
+@requires_cuda
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("n", [22520, 32760])
+def test_gpu_rows_off_a_sector_as_narrower_windows(dtype, n):
+    # Rows 16 bytes off a sector every other row, as 32-byte windows: the parts cover only
+    # the rows' span (n + 16 - 8 columns), so a part one column short would leave the end of
+    # every other row unwritten. -inf runs across the parts' bounds, a fully masked row, and
+    # each row's largest element at its very end; by default on an H200 (132 SMs) and forced.
+    x = gaussian(48, n, scale=4.0, seed=n)
+    x[::5, : n // 2] = NEG_INF
+    x[:, -1] = 9.0
+    x[7] = NEG_INF
+    t = make(x, dtype)
+    if sm._sm_count(t.device) == 132:
+        assert sm._launch(t, torch.empty_like(t), "auto", None, None, None, False).options[
+            "SHIFT"] == 16
+    for knobs in (None, dict(split_window_bytes=32, split_loose_vectors=True)):
+        for fm in ("zeros", "nan"):
+            check(t, softmax(t, fully_masked=fm, tuning=knobs), fm)
+
+
 def test_the_tma_split_experiment_still_reads_its_parts_by_tma():
     # bench/softmax_tma.py keeps the split softmax whose parts go through TMA boxes (it lost
     # on the H200: 67-72% of copy against 90-92%) runnable: compiled for sm_90a, every
