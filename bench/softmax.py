@@ -247,6 +247,11 @@ def variants(n: int, itemsize: int) -> list[tuple[str, dict[str, Any]]]:
         # one instead of equal parts (the same as "ours" where the plan does not split)
         out.append(("split unbalanced", dict(path="auto", tuning=dict(split_balanced=False))))
         out.append(("split win16", dict(path="auto", tuning=dict(split_window_bytes=16))))
+        # rows off a sector as 32-byte windows everywhere, or as 128-byte ones everywhere
+        # (the plan takes 32 bytes only where that cuts the row into fewer parts)
+        out.append(("split win32", dict(path="auto", tuning=dict(split_window_bytes=32))))
+        out.append(("split win128", dict(path="auto", tuning=dict(
+            split_fewer_parts_window_bytes=0))))
         out.append(("split loose16", dict(path="auto", tuning=dict(split_loose_vectors=True))))
         out.append(("split st4", dict(path="auto", tuning=dict(split_stages=4))))
         # the exchange a row ahead (split_exchange_ahead): two parts live across the wait, so
@@ -426,6 +431,9 @@ def main() -> None:
                            + (f" {sm.split_exchange(knobs, plan.split)}"
                               if plan.path == "split" else f" st{plan.stages}")
                            + (f" win{shift}" if shift > 1 else ""))
+            if plan.path == "split" and sm._launch(x, x, "auto", None, None, None,
+                                                   False).options.get("REACH"):
+                row["plan"] += " reach"  # loads bounded by x's memory (the last row's reach)
             results.append(row)
             del x
             torch.cuda.empty_cache()

@@ -1375,8 +1375,10 @@ def test_gpu_split_loose_vectors_at_every_window_offset(dtype, n):
 @gpu
 @requires_cuda
 @pytest.mark.parametrize("dtype, n, rows, knobs", [
-    (torch.bfloat16, 22776, 32, None),  # rows off a sector, the exchange a row ahead
-    (torch.float16, 22776, 32, None),
+    # rows off a sector, the exchange a row ahead, as 128-byte windows (by default they take
+    # 32-byte ones here, whose reach fits: test_gpu_rows_off_a_sector_as_narrower_windows)
+    (torch.bfloat16, 22776, 32, dict(split_fewer_parts_window_bytes=0)),
+    (torch.float16, 22776, 32, dict(split_fewer_parts_window_bytes=0)),
     (torch.float32, 50257, 128, dict(split_loose_vectors=True)),  # odd rows, one row a loop
 ], ids=["bf16", "fp16", "fp32"])
 def test_gpu_split_windows_stop_where_xs_memory_ends(dtype, n, rows, knobs):
@@ -1441,49 +1443,61 @@ def test_rows_off_a_sector_keep_their_windows_where_x_ends_with_them(monkeypatch
     # such rows as 128-byte windows of 16-byte vectors (off_sector_overrides). Where the last
     # row's reach (its window's start + 33,072 columns) would leave x's memory, they stay
     # windows, with the loads bounded by x's memory (they used to be read unwindowed: bf16
-    # 22,776 at 89% of copy on the H200 against 90-91% windowed).
+    # 22,776 at 89% of copy on the H200 against 90-91% windowed), or, by default, take
+    # 32-byte windows, as many parts (17), whose reach (33,024 columns) fits.
     monkeypatch.setattr(sm, "INTERPRETED", False)
     monkeypatch.setattr(sm, "_sm_count", lambda device: 132)
     n, rows = 33016, 8  # the last row starts 8 columns into its window and ends on one
     last_window = (rows - 1) * n // 64 * 64
     reach = last_window + (n + 63) // 8 * 8  # 264,176 columns from x's start
     assert reach > rows * n  # past the last row's windows, which end with x
+    wide = dict(split_fewer_parts_window_bytes=0)
     assert _split_launch(_bf16_rows_owning(reach, rows, n)) == (2048, 64, 8, False)
-    assert _split_launch(_bf16_rows_owning(reach - 1, rows, n)) == (2048, 64, 8, True)
+    assert _split_launch(_bf16_rows_owning(reach - 1, rows, n), wide) == (2048, 64, 8, True)
+    assert _split_launch(_bf16_rows_owning(reach - 1, rows, n)) == (2048, 16, 8, False)
+    assert _split_launch(_bf16_rows_owning(rows * n, rows, n)) == (2048, 16, 8, False)
     # rows on a sector need no window, whatever x owns
     assert _split_launch(_bf16_rows_owning(4 * 33024, 4, 33024)) == (2048, 1, 0, False)
 
 
-@pytest.mark.parametrize("n, window, parts", [
-    (22520, 16, 11), (32760, 16, 16), (22776, 64, 12), (33000, 64, 17), (22264, 64, 11)])
-def test_rows_off_a_sector_take_narrower_windows_only_where_they_take_fewer_parts(
-        monkeypatch, n, window, parts):
+@pytest.mark.parametrize("n, slack, window, parts, wide_parts", [
+    (22520, 64, 16, 11, 12), (32760, 64, 16, 16, 17), (22776, 64, 64, 12, 12),
+    (33000, 64, 64, 17, 17), (22264, 64, 64, 11, 11), (22776, 0, 16, 12, 12),
+    (22264, 0, 16, 11, 11)])
+def test_rows_off_a_sector_take_narrower_windows_where_they_take_fewer_parts_or_spare_reach(
+        monkeypatch, n, slack, window, parts, wide_parts):
     # bf16 rows of 22,520 (every other one 16 bytes off a sector) span 22,576 columns as
     # 128-byte windows, 12 parts of 2048, and 22,528 as 32-byte ones: 11 parts, so they are
     # taken (split_fewer_parts_window_bytes); 22,776 and 33,000 take as many parts either way
-    # and keep 128 bytes; 22,264 fits in 11 either way. The parts cover the span, and the
-    # caller's 0 keeps 128-byte windows.
+    # and keep 128 bytes, and 22,264 fits in 11 either way, where x owns 64 columns past its
+    # last row. Where it owns none, the 128-byte windows' reach passes x's end (they would
+    # need REACH) and the 32-byte ones' does not: those are taken. The parts cover the span,
+    # and the caller's 0 keeps 128-byte windows.
     monkeypatch.setattr(sm, "INTERPRETED", False)
     monkeypatch.setattr(sm, "_sm_count", lambda device: 132)
-    x = _bf16_rows_owning(64 * n, 64, n)
+    x = _bf16_rows_owning(64 * n + slack, 64, n)
     launch = sm._launch(x, x, "auto", None, None, None, False)
     assert (launch.options["SHIFT"], launch.options["SPLIT"]) == (window, parts)
+    assert not launch.options["REACH"]
     assert parts * launch.columns >= n + window - math.gcd(n, window)
-    if window == 16:
-        wide = sm._launch(x, x, "auto", None, None, dict(split_fewer_parts_window_bytes=0), False)
-        assert (wide.options["SHIFT"], wide.options["SPLIT"]) == (64, parts + 1)
+    wide = sm._launch(x, x, "auto", None, None, dict(split_fewer_parts_window_bytes=0), False)
+    assert (wide.options["SHIFT"], wide.options["SPLIT"]) == (64, wide_parts)
+    assert wide.options["REACH"] == (slack == 0)
 
 
 @gpu
 @requires_cuda
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
-@pytest.mark.parametrize("n", [22520, 32760])
+@pytest.mark.parametrize("n", [22520, 32760, 22776])
 def test_gpu_rows_off_a_sector_as_narrower_windows(dtype, n):
     # Rows 16 bytes off a sector every other row, as 32-byte windows: the parts cover only
     # the rows' span (n + 16 - 8 columns), so a part one column short would leave the end of
     # every other row unwritten. -inf runs across the parts' bounds, a fully masked row, and
     # each row's largest element at its very end; by default on an H200 (132 SMs) and forced.
-    x = gaussian(48, n, scale=4.0, seed=n)
+    # (22,776: as many parts as 128-byte windows, taken since x ends with its last row, 64
+    # rows on a 512-byte block, where the 128-byte windows' loads would pass it.)
+    assert 64 * n * 2 % 512 == 0
+    x = gaussian(64, n, scale=4.0, seed=n)
     x[::5, : n // 2] = NEG_INF
     x[:, -1] = 9.0
     x[7] = NEG_INF

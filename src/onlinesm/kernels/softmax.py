@@ -1031,13 +1031,21 @@ def _launch_plan(x2: torch.Tensor, y2: torch.Tensor, path: str, max_on_chip: int
                 p_wide = plan(_window_span(x2, wide), path="split", tile=tile, tuning=t_wide,
                               itemsize=itemsize, interpreted=INTERPRETED)
                 # Narrower windows where the row then takes fewer parts (they span fewer
-                # columns: _window_span); where the parts stay as many, the wider ones won.
+                # columns: _window_span), or as many where only the wider windows' loads
+                # would need bounding by x's memory (REACH: a mask rebuilt per row); where
+                # neither, the wider ones won.
                 few = int(t_wide["split_fewer_parts_window_bytes"])
                 narrow = _shift(itemsize, align, x2, y2, few) if few else shift
                 if shift < narrow < wide:
                     p_narrow = plan(_window_span(x2, narrow), path="split", tile=tile,
                                     tuning=t_wide, itemsize=itemsize, interpreted=INTERPRETED)
-                    if p_narrow.split < p_wide.split:
+
+                    def reach_fits(s: int) -> bool:
+                        return _split_reach_fits(x2, s, _loose_vector(t_wide, s, itemsize))
+
+                    if p_narrow.split < p_wide.split or (
+                            p_narrow.split == p_wide.split and not reach_fits(wide)
+                            and reach_fits(narrow)):
                         wide, p_wide = narrow, p_narrow
         if wide > shift and p_wide.split * p_wide.block >= _window_span(x2, wide):
             t, p, shift = t_wide, p_wide, wide
@@ -1319,6 +1327,14 @@ def _on_chip_options(p: Plan, t: dict[str, Any], align: int, shift: int, nan_if_
         **({"maxnreg": cap} if cap and not INTERPRETED else {}))
 
 
+def _loose_vector(t: dict[str, Any], shift: int, itemsize: int) -> int:
+    """The whole vectors (elements) a split window of ``shift`` is read in under the knobs
+    ``t``: 16 bytes with split_loose_vectors where the window is wider, else 0 (the window's
+    own): the kernel's LOOSE."""
+    vector = 16 // itemsize
+    return vector if t["split_loose_vectors"] and shift > vector else 0
+
+
 def _split_options(p: Plan, t: dict[str, Any], align: int, shift: int,
                    nan_if_empty: bool, itemsize: int) -> dict[str, Any]:
     """The split kernel's constexprs, num_warps and register cap (maxnreg) for plan ``p`` under
@@ -1326,8 +1342,7 @@ def _split_options(p: Plan, t: dict[str, Any], align: int, shift: int,
     bench/split_ptxas.py compiles offline."""
     ex = split_exchange(t, p.split)
     per_sm = int(t["split_programs_per_sm"])
-    vector = 16 // itemsize
-    loose = vector if t["split_loose_vectors"] and shift > vector else 0
+    loose = _loose_vector(t, shift, itemsize)
     return dict(
         CHUNK=p.block, SPLIT=p.split, LANES=ex.lanes, NAN_IF_EMPTY=nan_if_empty,
         MAX_SPIN=int(t["max_spin"]), ALIGN=align, SHIFT=shift, PACKED=ex.packed, STAGES=ex.stages,

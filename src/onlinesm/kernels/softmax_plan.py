@@ -102,7 +102,9 @@ TUNING: dict[str, Any] = {
     # 128-byte windows (12 parts of 2048) and 22,528 as 32-byte ones (11). H200, medians of 3,
     # bf16 / fp16: 22,520 at 91.4 / 92.2% of copy against 89.4 / 90.0%, 32,760 (16 parts, not
     # 17) at 91.8 / 91.0% against 90.7 / 90.5%; where the parts stay as many, 32-byte windows
-    # lost 0.3-0.8 points (21,000, 22,264, 33,000, 36,008), so they are not the rule.
+    # lost 0.3-0.8 points (21,000, 22,264, 33,000, 36,008), so they are not the rule, but
+    # where only the 128-byte windows' loads would pass x's memory (REACH, a mask per row):
+    # the bench's 22,776 at 90.2 / 89.2% against 89.9 / 88.9%.
     "split_fewer_parts_window_bytes": 0,
     # Inside such windows, the row's whole vectors of 16 bytes, not of the window: a row then
     # has at most 2 x 7 loose elements (16-bit; 2 x 3 in fp32), not 2 x 63 (2 x 31), and chunk
@@ -362,8 +364,8 @@ _SPLIT_FP32_AHEAD_2K = dict(_SPLIT_FP32_AHEAD, split_chunk=2048, split_warps=2,
 # fp16: 21,000 / 33,000 / 36,008 at 89.5 / 90.2 / 90.8% and 90.8 / 91.2 / 91.7% of copy
 # against 88.3 / 89.0 / 89.4% and 89.6 / 89.9 / 90.1% unwindowed (16-byte windows: each
 # warp's loads straddle sectors), which had beaten 128-byte windows of the windows' vectors
-# (86.3 / 86.8 / 88.5%, bf16). Where 32-byte windows take fewer parts, they are taken
-# (split_fewer_parts_window_bytes).
+# (86.3 / 86.8 / 88.5%, bf16). Where 32-byte windows take fewer parts (or spare REACH), they
+# are taken (split_fewer_parts_window_bytes).
 _OFF_SECTOR_LOOSE = dict(split_loose_vectors=True, split_fewer_parts_window_bytes=32)
 # ... of 49,153-131,072: windows (odd N) in chunks of 4096 (2 warps, ten per SM), rows off a
 # sector as 128-byte windows in chunks of 8192 five per SM
