@@ -1207,16 +1207,17 @@ def test_the_shipped_split_launches_do_not_spill():
     assert len(rows) == 9
     # The exchange a row ahead (two parts live across the wait) where PLAN_TABLE runs it:
     # 16-bit 65,536 (above), 98,304, fp32 65,536 and 262,144 (above), bf16 rows off a 32-byte
-    # sector of 33,000 and 36,008 (as 128-byte windows of 16-byte vectors); not on odd N's
-    # windows, nor on bf16 52,008's (off a sector), which take their row's window knobs.
+    # sector of 33,000, 36,008 and 41,800 (as 128-byte windows of 16-byte vectors; 41,800's
+    # aligned neighbours stay on chip); not on odd N's windows, nor on bf16 52,008's (off a
+    # sector), which take their row's window knobs.
     # (fp32 rows of 524,288 and 1,048,576, 128 and 256 lanes, spill 4 and 8 bytes under
     # triton 3.9: see test_the_longest_fp32_rows_spill_at_most_a_word_a_row_ahead.)
     ahead = _split_ptxas("--dtypes", "bfloat16", "--ns",
-                         "22000,33024,36000,98304,33000,36008,52008")
+                         "22000,33024,36000,98304,33000,36008,41800,52008")
     assert [(r["options"]["AHEAD"], r["options"]["CHUNK"], r["options"]["SHIFT"] > 1)
             for r in ahead] == [(True, 2048, False), (True, 2048, False), (True, 2048, False),
                                 (True, 4096, False), (True, 2048, True), (True, 2048, True),
-                                (False, 8192, True)]
+                                (True, 2048, True), (False, 8192, True)]
     assert [(r["dtype"], r["options"]["AHEAD"]) for r in rows if r["n"] != 100001] == [
         ("bfloat16", True), ("bfloat16", False), ("float16", True), ("float16", False),
         ("float32", True), ("float32", True)]
@@ -1225,14 +1226,14 @@ def test_the_shipped_split_launches_do_not_spill():
     (longest,) = _split_ptxas("--dtypes", "float32", "--ns", "131072")
     assert (longest["options"]["AHEAD"], longest["options"]["CHUNK"]) == (True, 2048)
     rows.append(longest)
-    # 16-bit rows of 8k-262k in chunks of 4096: 2 warps (windows 12,289, 21,001 and
-    # 30,001; windows of 20,001 spill 36 bytes under triton 3.9, none under 3.6), 4 warps
-    # (windows of 33,001), and 8192 in 4 warps (windows of 40,001, 262,137 and, pipelined in
-    # 3 stages like the aligned rows, 300,007)
+    # 16-bit rows of 8k-262k in chunks of 4096: 2 warps (windows 12,289, 21,001, 30,001 and
+    # 33,001; windows of 20,001 spill 36 bytes under triton 3.9, none under 3.6), and 8192 in
+    # 4 warps (windows of 40,001, 262,137 and, pipelined in 3 stages like the aligned rows,
+    # 300,007)
     small = _split_ptxas("--dtypes", "bfloat16", "--ns",
                          "12289,21001,30001,33001,40001,262137,300007")
     assert [(r["options"]["CHUNK"], r["options"]["num_warps"]) for r in small] == [
-        (4096, 2), (4096, 2), (4096, 2), (4096, 4), (8192, 4), (8192, 4), (8192, 4)]
+        (4096, 2), (4096, 2), (4096, 2), (4096, 2), (8192, 4), (8192, 4), (8192, 4)]
     assert small[-1]["options"]["STAGES"] == 3
     rows += small
     # fp32 windows of 9k-32k: chunks of 2048 in 2 warps
@@ -1460,6 +1461,45 @@ def test_rows_off_a_sector_keep_their_windows_where_x_ends_with_them(monkeypatch
     assert _split_launch(_bf16_rows_owning(4 * 33024, 4, 33024)) == (2048, 1, 0, False)
 
 
+@pytest.mark.parametrize("n, planned", [
+    (41800, ("split", 2048, 21, 64)), (45064, ("split", 2048, 23, 64)),
+    (42984, ("split", 2048, 21, 16)), (41792, ("on_chip", 16384, 1, 1)),
+    (49152, ("on_chip", 16384, 1, 1))])
+def test_rows_off_a_sector_of_41k_to_49k_split_where_their_aligned_neighbours_stay_on_chip(
+        monkeypatch, n, planned):
+    # bf16 rows of 40,961-49,152 run on chip as 3 x 16,384, but those off a 32-byte sector
+    # (N an odd multiple of 8: 41,800, 45,064, 42,984) straddle sectors there (H200: 81-82% of
+    # copy), so their PLAN_TABLE row's off_sector_overrides split them as 32,769-40,960 are:
+    # the exchange a row ahead in chunks of 2048, windows of 16-byte vectors (32-byte windows
+    # where they take fewer parts: 42,984). Aligned rows, a caller's path="on_chip", and the
+    # interpreter keep them on chip.
+    monkeypatch.setattr(sm, "INTERPRETED", False)
+    monkeypatch.setattr(sm, "_sm_count", lambda device: 132)
+    x = _bf16_rows_owning(64 * n + 64, 64, n)
+    launch = sm._launch(x, x, "auto", None, None, None, False)
+    o = launch.options
+    if planned[0] == "split":
+        got = ("split", o["CHUNK"], o["SPLIT"], o["SHIFT"])
+        assert o["AHEAD"] and o["LOOSE"] == 8 and o["num_warps"] == 2
+    else:
+        got = ("on_chip", o["BLOCK_N"], 1, o["SHIFT"])
+    assert got == planned
+    assert "BLOCK_N" in sm._launch(x, x, "on_chip", None, None, None, False).options
+    monkeypatch.setattr(sm, "INTERPRETED", True)
+    assert "BLOCK_N" in sm._launch(x, x, "auto", None, None, None, False).options
+
+
+def test_odd_rows_of_32k_to_35k_split_in_chunks_of_4096_in_two_warps(monkeypatch):
+    # Windows (odd N) of 32,769-35,840: chunks of 4096 in 2 warps, ten per SM (H200, bf16
+    # 33,748: 91.0% of copy against 87.1% in 4 warps eight per SM).
+    monkeypatch.setattr(sm, "INTERPRETED", False)
+    monkeypatch.setattr(sm, "_sm_count", lambda device: 132)
+    for n in (32771, 33748, 35001):
+        x = _bf16_rows_owning(64 * n + 64, 64, n)  # on 128 bytes: 128-byte windows
+        o = sm._launch(x, x, "auto", None, None, None, False).options
+        assert (o["CHUNK"], o["num_warps"], o["SHIFT"], o["AHEAD"]) == (4096, 2, 64, False), n
+
+
 @pytest.mark.parametrize("n, slack, window, parts, wide_parts", [
     (22520, 64, 16, 11, 12), (32760, 64, 16, 16, 17), (22776, 64, 64, 12, 12),
     (33000, 64, 64, 17, 17), (22264, 64, 64, 11, 11), (22776, 0, 16, 12, 12),
@@ -1508,6 +1548,26 @@ def test_gpu_rows_off_a_sector_as_narrower_windows(dtype, n):
     for knobs in (None, dict(split_window_bytes=32, split_loose_vectors=True)):
         for fm in ("zeros", "nan"):
             check(t, softmax(t, fully_masked=fm, tuning=knobs), fm)
+
+
+@gpu
+@requires_cuda
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("n, path", [(41800, "split"), (42984, "split"), (33748, "split"),
+                                     (41792, "on_chip")])
+def test_gpu_rows_of_32k_to_49k_take_their_launch(dtype, n, path):
+    # Rows off a sector of 40,961-49,152 split (their aligned neighbours stay on chip), odd
+    # rows of 32,769-35,840 split in chunks of 4096 in 2 warps: -inf runs across the parts'
+    # bounds, a fully masked row, each row's largest element at its very end.
+    x = gaussian(40, n, scale=4.0, seed=n)
+    x[::5, : n // 2] = NEG_INF
+    x[:, -1] = 9.0
+    x[7] = NEG_INF
+    t = make(x, dtype)
+    launch = sm._launch(t, torch.empty_like(t), "auto", None, None, None, False)
+    assert ("BLOCK_N" in launch.options) == (path == "on_chip")
+    for fm in ("zeros", "nan"):
+        check(t, softmax(t, fully_masked=fm), fm)
 
 
 def test_the_tma_split_experiment_still_reads_its_parts_by_tma():

@@ -1008,6 +1008,16 @@ def _launch_plan(x2: torch.Tensor, y2: torch.Tensor, path: str, max_on_chip: int
             t["elems_per_thread"] = int(t["unaligned_elems_per_thread"])
         p = plan(n_cols, path=path, max_on_chip=max_on_chip, tile=tile, tuning=t,
                  itemsize=itemsize, interpreted=INTERPRETED)
+    if (shift == 1 and p.path == "on_chip" and path == "auto" and not INTERPRETED
+            and "max_on_chip" in t["off_sector_overrides"]
+            and _shift(itemsize, align, x2, y2, 32) > 1):
+        # Rows off a 32-byte sector whose PLAN_TABLE row plans them apart (its
+        # off_sector_overrides name their own max_on_chip): on chip, each warp's loads straddle
+        # sectors (H200, bf16 41,800 / 45,064 on chip at 81 / 82% of copy, split as windows of
+        # 16-byte vectors 91.8 / 91.0%).
+        t = {**t, **t["off_sector_overrides"], **(tuning or {})}
+        p = plan(n_cols, path=path, max_on_chip=max_on_chip, tile=tile, tuning=t,
+                 itemsize=itemsize, interpreted=INTERPRETED)
     if p.path == "split" and path == "auto" and not INTERPRETED:
         if p.split > _sm_count(x2.device) * int(t["split_programs_per_sm"]):
             # More chunks than programs the GPU runs at once: they could not all wait for each

@@ -130,7 +130,9 @@ TUNING: dict[str, Any] = {
     # windows of split_window_bytes (the launcher: _launch_plan): where a row splits with the
     # exchange a row ahead, which lost on 128-byte windows of the windows' vectors, they take
     # the windows' launch, or the aligned rows' launch as windows of 16-byte vectors
-    # (split_loose_vectors), or (split_window_bytes=16) read unwindowed.
+    # (split_loose_vectors), or (split_window_bytes=16) read unwindowed. With a max_on_chip
+    # of their own, they also decide whether such rows leave the chip where the aligned rows'
+    # plan keeps them there (16-bit 40,961-49,152).
     "off_sector_overrides": {},
     # Candidates for the H200 sweep (off by default until measured; bench/softmax.py --tune):
     "chip_chunked": False,  # cover a row by 3 power-of-two chunks when that pads less
@@ -325,8 +327,6 @@ _SPLIT_16_BIT = dict(split_itemsizes=(2, 4), split_packed=True, split_stages=3,
                      split_poll_asm=True, split_poll_loads=True, split_exchange_ahead=False)
 # chunks of 4096 in 2 warps, ten programs per SM (registers capped at 96)
 _SPLIT_16_SMALL = dict(_SPLIT_16_BIT, split_chunk=4096, split_warps=2, split_programs_per_sm=10)
-# chunks of 4096 in 4 warps, eight per SM (capped at 64): pipelined windows that do not spill
-_SPLIT_16_WINDOWS = dict(_SPLIT_16_BIT, split_chunk=4096, split_warps=4, split_programs_per_sm=8)
 # chunks of 8192 in 4 warps for long 16-bit rows: four programs per SM (registers capped at
 # 128) up to 131,072, five (capped at 96) past it
 _SPLIT_16_8K = dict(_SPLIT_16_BIT, split_chunk=8192, split_warps=4)
@@ -367,6 +367,11 @@ _SPLIT_FP32_AHEAD_2K = dict(_SPLIT_FP32_AHEAD, split_chunk=2048, split_warps=2,
 # (86.3 / 86.8 / 88.5%, bf16). Where 32-byte windows take fewer parts (or spare REACH), they
 # are taken (split_fewer_parts_window_bytes).
 _OFF_SECTOR_LOOSE = dict(split_loose_vectors=True, split_fewer_parts_window_bytes=32)
+# ... and where the aligned rows stay on chip (40,961-49,152), split as those of 32,769-40,960
+# (H200, one run, bf16: 41,800 / 45,064 at 91.8 / 91.0% of copy against 81 / 82% on chip as
+# 3 x 16,384, whose loads straddle sectors; aligned 41,792 on chip 92%): the launcher plans
+# them with these knobs where the row's own put them on chip (_launch_plan).
+_OFF_SECTOR_SPLIT_2K = dict(_SPLIT_16_AHEAD_2K, max_on_chip=32768, **_OFF_SECTOR_LOOSE)
 # ... of 49,153-131,072: windows (odd N) in chunks of 4096 (2 warps, ten per SM), rows off a
 # sector as 128-byte windows in chunks of 8192 five per SM
 _16_AHEAD_SMALL_WINDOWS = dict(window_overrides=_SPLIT_16_SMALL,
@@ -502,19 +507,21 @@ PLAN_TABLE: list[tuple[int, int, int, dict[str, Any]]] = [
     # a row ahead: chunks of 2048 in 2 warps, ten per SM, up to 65,536, of 4096 in 4 warps,
     # five per SM, past it; then 8192 elements in 4 warps, five per SM. From 32,769 to 40,960
     # too, which 3 chunks of 16,384 on chip pad by 20% or more; the rows of 40,961-49,152 stay
-    # on chip.
+    # on chip (but those off a sector: _OFF_SECTOR_SPLIT_2K).
     # Windows (odd N) of 35,841-49,152 and 131,073-262,144 in chunks of 8192 five per SM, of
     # 49,153-131,072 in chunks of 4096 ten per SM, past 262,144 as the aligned rows, of
-    # 32,769-35,840 in chunks of 4096 eight per SM (five parts of 8192 just past 32,768
-    # leave each program a short part and a whole program group to pay for). Rows off a
-    # 32-byte sector of 32,769-40,960 with the aligned rows' launch as windows of 16-byte
-    # vectors, of 49,153-262,144 as the windows.
-    (2, 32768, 35840, dict(_SPLIT_16_AHEAD_2K, window_overrides=_SPLIT_16_WINDOWS,
+    # 32,769-35,840 in chunks of 4096 ten per SM (five parts of 8192 just past 32,768 leave
+    # each program a short part and a whole program group to pay for; H200, one run, bf16
+    # 33,748 at 91.0% of copy against 87.1% in 4 warps eight per SM, _SPLIT_16_WINDOWS, which
+    # no longer spills in 2: 92 registers). Rows off a 32-byte sector of 32,769-40,960 with
+    # the aligned rows' launch as windows of 16-byte vectors, of 49,153-262,144 as the windows.
+    (2, 32768, 35840, dict(_SPLIT_16_AHEAD_2K, window_overrides=_SPLIT_16_SMALL,
                            off_sector_overrides=_OFF_SECTOR_LOOSE)),
     (2, 35840, 40960, dict(_SPLIT_16_AHEAD_2K, window_overrides=_SPLIT_16_8K_WINDOWS_LOOSE,
                            off_sector_overrides=_OFF_SECTOR_LOOSE)),
     (2, 40960, 49152, dict(max_on_chip=49152, chip_chunked=True, chunk_elems_per_thread=128,
-                           window_overrides=dict(_SPLIT_16_8K_WINDOWS_LOOSE, max_on_chip=32768))),
+                           window_overrides=dict(_SPLIT_16_8K_WINDOWS_LOOSE, max_on_chip=32768),
+                           off_sector_overrides=_OFF_SECTOR_SPLIT_2K)),
     (2, 49152, 65536, dict(_SPLIT_16_AHEAD_2K, **_16_AHEAD_SMALL_WINDOWS)),
     (2, 65536, 131072, dict(_SPLIT_16_AHEAD_4K, **_16_AHEAD_SMALL_WINDOWS)),
     (2, 131072, 262144, dict(_SPLIT_16_8K, split_programs_per_sm=5,
