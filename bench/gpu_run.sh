@@ -13,6 +13,8 @@
 #         checked for correctness in the same run; tune3: the tune three times and each
 #         candidate's median (bench/medians.py); softmax3: three bench runs (medians;
 #         SOFTMAX_NS, SOFTMAX_DTYPES choose the grid);
+#         sweep: bench/softmax.py on SWEEP_K (40) row lengths drawn at random from 1k-64k
+#         (--random, SWEEP_SEED, SWEEP_DTYPES), one run, and those below 90% of copy;
 #         kernels: the kernel test files compiled on the GPU (SOFTMAX_TESTS: a -k filter), each
 #         attention variant too;
 #         attention: bench/attention.py with ATTN_ARGS (e.g. --tiles to time pinned configs);
@@ -116,6 +118,10 @@ for phase in "$@"; do
           --ns ${SOFTMAX_NS:-1000,3000,12288,49152} > "$OUT/softmax_run$i.log" 2>&1
         echo "== softmax run $i: rc=$? $((SECONDS - start)) s"; grep -a "^| [bf]" "$OUT/softmax_run$i.log" | head -30
       done ;;
+    sweep)
+      timeout ${SWEEP_S:-420} python3 bench/softmax.py --random ${SWEEP_K:-40} --seed ${SWEEP_SEED:-0} \
+        --dtypes ${SWEEP_DTYPES:-bfloat16,float32} --gb 0.5 > "$OUT/sweep.log" 2>&1
+      echo "== softmax sweep: rc=$? $((SECONDS - start)) s"; grep -a "^# --random\|^# below" "$OUT/sweep.log" ;;
     kernels)
       timeout 420 python3 -m pytest -q -x -p no:cacheprovider tests/test_kernel_softmax.py ${SOFTMAX_TESTS:+-k "$SOFTMAX_TESTS"} > "$OUT/kernels_softmax.log" 2>&1
       echo "== softmax kernel tests: rc=$? $((SECONDS - start)) s"; tail -2 "$OUT/kernels_softmax.log"

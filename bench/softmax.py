@@ -8,6 +8,7 @@ a launch whose error only a broken kernel shows is reported WRONG and left out o
 
     python bench/softmax.py                    # bf16 and fp32, N in 1k..256k, ~1.5 GB tensors
     python bench/softmax.py --tune             # also time launch variants (for TUNING)
+    python bench/softmax.py --random 40        # 40 lengths drawn at random from 1k..64k
     OUT=dir python bench/softmax.py            # + softmax.json / softmax.md in dir
 
 Needs a CUDA device. Not a test: nothing here asserts a time.
@@ -342,6 +343,35 @@ def plausible(abs_err: float, itemsize: int) -> bool:
     return abs_err <= WRONG_ABOVE[itemsize]  # (False for NaN)
 
 
+#: The kinds of length a random sweep draws in turn, as (modulus, residue): N % modulus ==
+#: residue. Each plans differently: odd (rows off the vector in every dtype: windows), an odd
+#: multiple of 8 (16-bit rows every other one 16 bytes off a 32-byte sector), an odd multiple
+#: of 4 (the same in fp32), 2 mod 4 (off the vector in 16-bit and fp32), a multiple of 16.
+RANDOM_KINDS = ((2, 1), (16, 8), (8, 4), (4, 2), (16, 0))
+
+
+def random_lengths(count: int, seed: int = 0, low: int = 1000, high: int = 65536) -> list[int]:
+    """``count`` distinct row lengths in [low, high], log-uniform, the kinds of RANDOM_KINDS
+    in turn, sorted: a sweep for the lengths nobody chose (a grid of round numbers missed bf16
+    41,800, 81% of copy where its neighbours ran at 91-92%).
+
+    >>> random_lengths(5, seed=1)  # one of each kind
+    [1755, 2906, 7936, 24396, 34616]
+    """
+    import math
+    import random
+
+    rng = random.Random(seed)
+    found: set[int] = set()
+    while len(found) < count:
+        modulus, residue = RANDOM_KINDS[len(found) % len(RANDOM_KINDS)]
+        n = int(math.exp(rng.uniform(math.log(low), math.log(high))))
+        n = n - n % modulus + residue
+        if low <= n <= high:
+            found.add(n)
+    return sorted(found)
+
+
 def max_errors(y: Any, x: Any) -> tuple[float, float]:
     """(max abs error, max rel error where exact is a normal number of y's dtype) of y vs
     float64 softmax of x (below that, fp16 flushes to subnormals or 0: relative error 1)."""
@@ -364,7 +394,14 @@ def main() -> None:
     ap.add_argument("--only", default="", help="with --tune: only the variants whose name "
                     "contains one of these comma-separated words (e.g. 'static,packed')")
     ap.add_argument("--check-rows", type=int, default=16)
+    ap.add_argument("--random", type=int, default=0, metavar="K",
+                    help="instead of --ns: K lengths drawn at random from 1000-65,536 "
+                    "(random_lengths), printed first")
+    ap.add_argument("--seed", type=int, default=0, help="with --random: the draw's seed")
     args = ap.parse_args()
+    if args.random:
+        args.ns = ",".join(str(n) for n in random_lengths(args.random, args.seed))
+        print(f"# --random {args.random} --seed {args.seed}: --ns {args.ns}")
 
     import torch
     import triton
@@ -459,6 +496,9 @@ def main() -> None:
         ])
     md = markdown_table(header, table)
     print(md)
+    short = [f"{r['dtype']} {r['N']} {r['ours'] / r['copy']:.1%}" for r in results
+             if r.get("ours") and r["ours"] < 0.9 * r["copy"]]
+    print(f"# below 90% of copy: {', '.join(short) or 'none'}")
     if args.tune:
         tune_rows = []
         for r in results:

@@ -1094,6 +1094,20 @@ def test_bench_softmax_leaves_out_launches_only_a_broken_kernel_explains():
             assert not bench.plausible(bench.max_errors(bad, x)[0], size), dtype
 
 
+def test_bench_softmax_random_lengths_cover_every_kind_of_row():
+    # bench/softmax.py --random K: lengths drawn log-uniformly from 1k-64k, each kind of row
+    # that plans differently in turn (odd, off a 32-byte sector in 16-bit or in fp32, off the
+    # vector, aligned); the same seed, the same lengths.
+    bench = _bench_module("softmax")
+    ns = bench.random_lengths(50, seed=7)
+    assert ns == sorted(set(ns)) and len(ns) == 50 and 1000 <= ns[0] and ns[-1] <= 65536
+    kinds = [[n for n in ns if n % m == r] for m, r in bench.RANDOM_KINDS]
+    assert [len(k) for k in kinds] == [10] * 5
+    assert ns == bench.random_lengths(50, seed=7) != bench.random_lengths(50, seed=8)
+    # log-uniform: about as many below 8k as above it (a uniform draw puts 11% there)
+    assert 15 <= sum(n < 8192 for n in ns) <= 35
+
+
 def test_ncu_softmax_cases_name_real_knobs_and_lengths():
     # bench/ncu_targets.py builds its softmax cases from their names (softmax_bf16_N[_V]) on
     # the GPU only: a misspelt variant knob or suffix would surface there, as a lost call.
