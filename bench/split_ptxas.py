@@ -59,11 +59,13 @@ def _launch(dtype: str, n: int, tuning: dict[str, Any] | None, path: str,
     buf = torch.empty(2 * n + (128 + 512) // size, dtype=getattr(torch, dtype))
     skip = -buf.data_ptr() % 128 // size
     x = buf[skip:skip + 2 * n].view(2, n)
-    sm_count, sm._sm_count = sm._sm_count, lambda device: sms  # the GPU this plans for
+    # the GPU this plans for (also where this process runs kernels under the interpreter)
+    sm_count, sm._sm_count = sm._sm_count, lambda device: sms
+    interpreted, sm.INTERPRETED = sm.INTERPRETED, False
     try:
         return (sm, *sm._launch_plan(x, x, path, None, None, tuning))
     finally:
-        sm._sm_count = sm_count
+        sm._sm_count, sm.INTERPRETED = sm_count, interpreted
 
 
 def compile_launch(dtype: str, n: int, tuning: dict[str, Any] | None = None,

@@ -1108,6 +1108,25 @@ def test_bench_softmax_random_lengths_cover_every_kind_of_row():
     assert 15 <= sum(n < 8192 for n in ns) <= 35
 
 
+def test_bench_plan_map_names_each_class_of_rows_and_its_launch():
+    # bench/plan_map.py: the launch of every length of each kind of row, merged into ranges.
+    # bf16 of 40,000-42,000: aligned rows split up to 40,960 and on chip past it, rows off a
+    # sector split on both sides (since the twenty-ninth round), in 20 then 21 parts.
+    plan_map = _bench_module("plan_map")
+    rows = plan_map.plan_map("bfloat16", 40000, 42000, ("aligned", "off a sector"))
+    aligned = [r for r in rows if r["kind"] == "aligned"]
+    assert [(r["first"], r["last"]) for r in aligned] == [(40000, 40960), (40976, 42000)]
+    assert aligned[0]["launch"].startswith("split") and aligned[1]["launch"].startswith(
+        "on chip as 3 x 16384")
+    off = [r for r in rows if r["kind"] == "off a sector"]
+    assert all(r["launch"].startswith("split in chunks of 2048") for r in off), off
+    assert off[0]["first"] == 40008 and off[-1]["last"] == 41992
+    assert all(a["last"] + 16 == b["first"] for a, b in zip(off, off[1:]))  # no length lost
+    assert {r["parts"] for r in off} == {(20, 20), (21, 21)}
+    with pytest.raises(ValueError, match="unknown kind 'even'"):
+        plan_map.plan_map("bfloat16", 1000, 1100, ("even",))
+
+
 def test_ncu_softmax_cases_name_real_knobs_and_lengths():
     # bench/ncu_targets.py builds its softmax cases from their names (softmax_bf16_N[_V]) on
     # the GPU only: a misspelt variant knob or suffix would surface there, as a lost call.
