@@ -14,7 +14,8 @@ class of rows and its launch at a glance, to choose what a GPU sweep should time
     python bench/plan_map.py                                  # 16-bit and fp32, 1k-64k
     python bench/plan_map.py --dtypes bfloat16 --low 20000 --high 50000 --kinds "off a sector"
 
-Needs torch and triton (any machine: no GPU); not under TRITON_INTERPRET.
+Needs torch and triton (any machine: no GPU; it plans as for one even where the process runs
+kernels under Triton's interpreter).
 """
 
 from __future__ import annotations
@@ -35,17 +36,15 @@ __all__ = ["KINDS", "describe", "plan_map", "main"]
 KINDS = {"aligned": (32, 0), "off a sector": (32, 16), "odd": None}
 
 
-def describe(p: Any, t: dict[str, Any], shift: int, itemsize: int) -> str:
-    """A launch in words, without what changes with N inside a range (the parts' count).
+def describe(sm: Any, p: Any, t: dict[str, Any], shift: int, itemsize: int) -> str:
+    """A launch of the softmax module ``sm`` in words, without what changes with N inside a
+    range (the parts' count).
 
     >>> from split_ptxas import _launch
     >>> sm, p, t, _, shift = _launch("bfloat16", 41800, None, "auto", 132)
-    >>> describe(p, t, shift, 2)
+    >>> describe(sm, p, t, shift, 2)
     'split in chunks of 2048, 2 warps, 10 per SM, ahead, windows of 128 B (16-B vectors)'
     """
-    import importlib
-
-    sm = importlib.import_module("onlinesm.kernels.softmax")
     window = ""
     if shift > 1:
         loose = sm._loose_vector(t, shift, itemsize) if p.path == "split" else 0
@@ -84,8 +83,8 @@ def plan_map(dtype: str, low: int, high: int, kinds: tuple[str, ...] = tuple(KIN
         for n in range(low, high + 1):
             if (n % 2 == 0) if rule is None else (n * size % rule[0] != rule[1]):
                 continue
-            _, p, t, _, shift = _launch(dtype, n, None, "auto", sms)
-            launch = describe(p, t, shift, size)
+            sm, p, t, _, shift = _launch(dtype, n, None, "auto", sms)
+            launch = describe(sm, p, t, shift, size)
             parts = p.split if p.path == "split" else None
             if current is not None and current["launch"] == launch:
                 current["last"] = n

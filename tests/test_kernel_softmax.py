@@ -1281,8 +1281,8 @@ def test_rows_off_a_sector_take_their_rows_knobs_then_the_callers():
     # Every other row of bf16 33,000 or 52,008 starts 16 bytes off a 32-byte sector. At
     # 33,000 (and 22,520, as 32-byte windows: fewer parts) the PLAN_TABLE row reads them
     # with the aligned rows' launch, the exchange a row ahead in chunks of 2048, as 128-byte
-    # windows of 16-byte vectors; at
-    # 52,008 as 128-byte windows of their own vectors in chunks of 8192, not ahead. A
+    # windows of 16-byte vectors; at 52,008 as 128-byte windows of their own vectors in
+    # chunks of 8192, not ahead. A
     # caller's knob still wins over them: unwindowed at 33,000 (16-byte windows), chunks of
     # 4096 at 52,008.
     own = _split_ptxas("--dtypes", "bfloat16", "--ns", "33000,22520,52008")
