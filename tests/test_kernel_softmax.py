@@ -321,10 +321,9 @@ def test_rows_of_4k_to_262k_split_where_on_chip_pads_or_windows_lose():
     assert launch(12289, windowed=True) == ("split", 4096, 4, 2)
     assert launch(30001, windowed=True) == ("split", 4096, 8, 2)
     assert launch(40001, windowed=True) == ("split", 8192, 5, 4)
-    # aligned rows of that length: in chunks of 2048 up to 40,960 (the exchange a row
-    # ahead), on chip past it
+    # aligned rows of that length: in chunks of 2048 (the exchange a row ahead)
     assert launch(40000) == ("split", 2048, 20, 2)
-    assert launch(45000)[0] == "on_chip"
+    assert launch(45000) == ("split", 2048, 22, 2)
     assert launch(100001, windowed=True) == ("split", 4096, 25, 2)  # 49k-131k: chunks of 4096
     assert launch(150001, windowed=True) == ("split", 8192, 19, 4)  # 131k-262k: of 8192
     assert launch(300001, windowed=True) == ("split", 8192, 37, 4)
@@ -338,14 +337,13 @@ def test_rows_of_4k_to_262k_split_where_on_chip_pads_or_windows_lose():
         assert sp._tuning(n + 7, 2, "auto", None, windowed=True)["chip_maxnreg"] == 128, n
     assert sp._tuning(12288, 2, "auto", None)["chip_maxnreg"] == 0  # aligned rows: uncapped
     assert launch(12283, windowed=True) == ("split", 4096, 4, 2)
-    # fp32 windows where the on-chip block pads most: 9k-32k in chunks of 2048 in 2 warps;
-    # 4k-6k and 8k-9k on chip as a block and a tail (test_odd_rows_of_4k_to_9k_on_chip...),
+    # fp32 windows where the on-chip block pads most: 12k-32k in chunks of 2048 in 2 warps;
+    # 4k-6k and 8k-12k on chip as a block and a tail (test_odd_rows_of_4k_to_12k_on_chip...),
     # 7,001 and aligned rows on chip
     def fp32(n: int, windowed: bool = True) -> tuple:
         return launch(n, windowed, itemsize=4)
 
-    assert fp32(5001)[0] == fp32(9001)[0] == "on_chip"
-    assert fp32(9217) == ("split", 2048, 5, 2)
+    assert fp32(5001)[0] == fp32(9001)[0] == fp32(9217)[0] == fp32(12251)[0] == "on_chip"
     assert fp32(12289) == ("split", 2048, 7, 2)
     assert fp32(30001) == ("split", 2048, 15, 2)
     assert fp32(7001)[0] == fp32(12288, windowed=False)[0] == "on_chip"
@@ -532,11 +530,12 @@ def test_tailed_rows_as_windows_packed_and_persistent(dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-def test_odd_rows_of_4k_to_9k_on_chip_as_a_block_and_a_tail(dtype):
-    # The shipped plan: odd rows of 4097-6144 and 8193-9216 columns (16-bit: their windows'
-    # width) on chip as a power-of-two block and a tail, 16-bit rows as one window each,
-    # fp32 rows element by element (the launch the H200 ran at 96-99% of copy).
-    for n in (4097, 8191) if dtype != torch.float32 else (4097, 9001):
+def test_odd_rows_of_4k_to_12k_on_chip_as_a_block_and_a_tail(dtype):
+    # The shipped plan: odd rows of 4097-6144 and 8193-9216 columns (fp32: 8193-12,288;
+    # 16-bit: their windows' width) on chip as a power-of-two block and a tail, 16-bit rows
+    # as one window each, fp32 rows element by element (the launch the H200 ran at 96-99% of
+    # copy).
+    for n in (4097, 8191) if dtype != torch.float32 else (4097, 9001, 10039, 12251):
         x = _hard_rows(n, dtype)
         p, _t, _align, shift = sm._launch_plan(x, torch.empty_like(x), "auto", None, None, None)
         assert (p.path, p.rows_per_program, shift > 1) == (
@@ -625,7 +624,8 @@ def test_long_rows_split_on_the_gpu_stream_under_the_interpreter():
         assert (t["split_chunk"], t["split_programs_per_sm"], t["split_exchange_ahead"]) == (
             chunk, per_sm, True), n
         assert tuned(n, 4, "auto", None, True)["split_exchange_ahead"] is False, n
-    assert sm.plan(40961, itemsize=2, interpreted=False).path == "on_chip"
+    assert sm.plan(40961, itemsize=2, interpreted=False).path == "split"
+    assert sm.plan(49152, itemsize=2, interpreted=False).path == "split"
     assert sm.plan(32768, itemsize=2, interpreted=False).path == "split"
     assert sm.plan(24576, itemsize=2, interpreted=False).path == "on_chip"  # 3 x 8192, level
     # ... and odd rows there (windows) in small chunks, not ahead
@@ -650,9 +650,10 @@ def test_long_rows_split_on_the_gpu_stream_under_the_interpreter():
     assert sm.plan(12288, itemsize=4).num_warps == 32
     assert sm.plan(4096, itemsize=2).num_warps == 8  # below the range: 16 per thread
     # ... unless 3 chunks pad less: then 128 per thread (12,288 = 3 x 4096 in 4 warps), and
-    # 16-bit rows up to 49,152 stay on chip that way
+    # 16-bit rows up to 24,576 stay on chip that way (past 40,960 they split: 45,056)
+    assert sm.plan(45056, itemsize=2, interpreted=False).path == "split"
     for n, chunks, warps, stages in ((3000, 3, 1, 1), (12288, 3, 4, 1), (8000, 1, 4, 1),
-                                     (24576, 3, 8, 3), (45056, 3, 16, 3)):
+                                     (24576, 3, 8, 3)):
         p = sm.plan(n, itemsize=2, interpreted=False)
         assert (p.path, p.chunks, p.num_warps, p.stages) == ("on_chip", chunks, warps, stages), n
 
@@ -1110,19 +1111,21 @@ def test_bench_softmax_random_lengths_cover_every_kind_of_row():
 
 def test_bench_plan_map_names_each_class_of_rows_and_its_launch():
     # bench/plan_map.py: the launch of every length of each kind of row, merged into ranges.
-    # bf16 of 40,000-42,000: aligned rows split up to 40,960 and on chip past it, rows off a
-    # sector split on both sides (since the twenty-ninth round), in 20 then 21 parts.
+    # bf16 of 23,000-25,000: aligned rows split up to 23,552, on chip as 3 x 8192 to 24,576,
+    # split past it; rows off a sector split throughout, in 12 then 13 parts.
     plan_map = _bench_module("plan_map")
-    rows = plan_map.plan_map("bfloat16", 40000, 42000, ("aligned", "off a sector"))
+    rows = plan_map.plan_map("bfloat16", 23000, 25000, ("aligned", "off a sector"))
     aligned = [r for r in rows if r["kind"] == "aligned"]
-    assert [(r["first"], r["last"]) for r in aligned] == [(40000, 40960), (40976, 42000)]
-    assert aligned[0]["launch"].startswith("split") and aligned[1]["launch"].startswith(
-        "on chip as 3 x 16384")
+    assert [(r["first"], r["last"]) for r in aligned] == [
+        (23008, 23552), (23568, 24576), (24592, 24992)]
+    assert [r["launch"].split(" in ")[0].split(" as ")[0] for r in aligned] == [
+        "split", "on chip", "split"]
+    assert aligned[1]["launch"].startswith("on chip as 3 x 8192")
     off = [r for r in rows if r["kind"] == "off a sector"]
     assert all(r["launch"].startswith("split in chunks of 2048") for r in off), off
-    assert off[0]["first"] == 40008 and off[-1]["last"] == 41992
+    assert off[0]["first"] == 23000 and off[-1]["last"] == 25000
+    assert [r["parts"] for r in off] == [(12, 12), (12, 12), (13, 13)], off  # (fewest, most)
     assert all(a["last"] + 16 == b["first"] for a, b in zip(off, off[1:]))  # no length lost
-    assert {r["parts"] for r in off} == {(20, 20), (21, 21)}
     with pytest.raises(ValueError, match="unknown kind 'even'"):
         plan_map.plan_map("bfloat16", 1000, 1100, ("even",))
 
@@ -1495,17 +1498,17 @@ def test_rows_off_a_sector_keep_their_windows_where_x_ends_with_them(monkeypatch
 
 
 @pytest.mark.parametrize("n, planned", [
-    (41800, ("split", 2048, 21, 64)), (45064, ("split", 2048, 23, 64)),
-    (42984, ("split", 2048, 21, 16)), (41792, ("on_chip", 16384, 1, 1)),
-    (49152, ("on_chip", 16384, 1, 1))])
-def test_rows_off_a_sector_of_41k_to_49k_split_where_their_aligned_neighbours_stay_on_chip(
+    (23560, ("split", 2048, 12, 64)), (24392, ("split", 2048, 12, 64)),
+    (24568, ("split", 2048, 12, 16)), (24576, ("on_chip", 8192, 1, 1)),
+    (23568, ("on_chip", 8192, 1, 1))])
+def test_rows_off_a_sector_of_23k_to_24k_split_where_their_aligned_neighbours_stay_on_chip(
         monkeypatch, n, planned):
-    # bf16 rows of 40,961-49,152 run on chip as 3 x 16,384, but those off a 32-byte sector
-    # (N an odd multiple of 8: 41,800, 45,064, 42,984) straddle sectors there (H200: 81-82% of
-    # copy), so their PLAN_TABLE row's off_sector_overrides split them as 32,769-40,960 are:
-    # the exchange a row ahead in chunks of 2048, windows of 16-byte vectors (32-byte windows
-    # where they take fewer parts: 42,984). Aligned rows, a caller's path="on_chip", and the
-    # interpreter keep them on chip.
+    # bf16 rows of 23,553-24,576 run on chip as 3 x 8192, but those off a 32-byte sector
+    # (N an odd multiple of 8: 23,560, 24,392, 24,568) straddle sectors there (H200: 81-82%
+    # of copy), so their PLAN_TABLE row's off_sector_overrides split them as 20,481-23,552
+    # are: the exchange a row ahead in chunks of 2048, windows of 16-byte vectors (32-byte
+    # windows where they take fewer parts: 24,568). Aligned rows, a caller's path="on_chip",
+    # and the interpreter keep them on chip.
     monkeypatch.setattr(sm, "INTERPRETED", False)
     monkeypatch.setattr(sm, "_sm_count", lambda device: 132)
     x = _bf16_rows_owning(64 * n + 64, 64, n)
@@ -1520,6 +1523,25 @@ def test_rows_off_a_sector_of_41k_to_49k_split_where_their_aligned_neighbours_st
     assert "BLOCK_N" in sm._launch(x, x, "on_chip", None, None, None, False).options
     monkeypatch.setattr(sm, "INTERPRETED", True)
     assert "BLOCK_N" in sm._launch(x, x, "auto", None, None, None, False).options
+
+
+@pytest.mark.parametrize("dtype, n, parts, shift", [
+    (torch.bfloat16, 20449, 5, 16), (torch.bfloat16, 20465, 5, 16), (torch.bfloat16, 20467, 5, 8),
+    (torch.bfloat16, 20417, 5, 64), (torch.float32, 14321, 7, 8), (torch.float32, 14305, 7, 32)])
+def test_odd_rows_just_below_a_part_split_as_32_byte_windows(monkeypatch, dtype, n, parts,
+                                                              shift):
+    # An odd row whose 128-byte windows span up to 63 (fp32: 31) more columns than the plan's
+    # parts cover reads as 32-byte windows where those fit (split_narrow_window_bytes; H200,
+    # bf16 20,449 90% of copy against 88% as 16-byte windows), else as 16-byte ones; a caller
+    # who asks for 16-byte windows gets them.
+    monkeypatch.setattr(sm, "INTERPRETED", False)
+    monkeypatch.setattr(sm, "_sm_count", lambda device: 132)
+    x = _rows_at(0, 64, n, dtype)
+    o = sm._launch(x, x, "auto", None, None, None, False).options
+    assert (o["SPLIT"], o["SHIFT"]) == (parts, shift)
+    narrow = dict(split_window_bytes=16)
+    assert sm._launch(x, x, "auto", None, None, narrow, False).options["SHIFT"] == 16 // (
+        x.element_size())
 
 
 def test_odd_rows_of_32k_to_35k_split_in_chunks_of_4096_in_two_warps(monkeypatch):
@@ -1585,13 +1607,18 @@ def test_gpu_rows_off_a_sector_as_narrower_windows(dtype, n):
 
 @gpu
 @requires_cuda
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
-@pytest.mark.parametrize("n, path", [(41800, "split"), (42984, "split"), (33748, "split"),
-                                     (41792, "on_chip")])
-def test_gpu_rows_of_32k_to_49k_take_their_launch(dtype, n, path):
-    # Rows off a sector of 40,961-49,152 split (their aligned neighbours stay on chip), odd
-    # rows of 32,769-35,840 split in chunks of 4096 in 2 warps: -inf runs across the parts'
-    # bounds, a fully masked row, each row's largest element at its very end.
+@pytest.mark.parametrize("dtype, n, path", [
+    *((d, n, path) for d in (torch.bfloat16, torch.float16) for n, path in (
+        (41800, "split"), (44336, "split"), (33748, "split"), (23560, "split"),
+        (24568, "split"), (23568, "on_chip"), (20449, "split"))),
+    (torch.float32, 10039, "on_chip"), (torch.float32, 12251, "on_chip"),
+    (torch.float32, 14321, "split")], ids=str)
+def test_gpu_rows_of_10k_to_49k_take_their_launch(dtype, n, path):
+    # Rows of 40,961-49,152 split, those off a sector of 23,553-24,576 too (their aligned
+    # neighbours stay on chip), odd rows of 32,769-35,840 in chunks of 4096 in 2 warps, odd
+    # rows whose 128-byte windows would take one more part as 32-byte windows (20,449; fp32
+    # 14,321), fp32 odd rows of 9217-12,288 on chip as a block and a tail: -inf runs across
+    # the parts' bounds, a fully masked row, each row's largest element at its very end.
     x = gaussian(40, n, scale=4.0, seed=n)
     x[::5, : n // 2] = NEG_INF
     x[:, -1] = 9.0

@@ -1013,8 +1013,8 @@ def _launch_plan(x2: torch.Tensor, y2: torch.Tensor, path: str, max_on_chip: int
             and _shift(itemsize, align, x2, y2, 32) > 1):
         # Rows off a 32-byte sector whose PLAN_TABLE row plans them apart (its
         # off_sector_overrides name their own max_on_chip): on chip, each warp's loads straddle
-        # sectors (H200, bf16 41,800 / 45,064 on chip at 81 / 82% of copy, split as windows of
-        # 16-byte vectors 91.8 / 91.0%).
+        # sectors (H200, bf16 23,560 / 24,392 on chip at 81 / 82% of copy, split as windows of
+        # 16-byte vectors 91.6 / 92.3%).
         t = {**t, **t["off_sector_overrides"], **(tuning or {})}
         p = plan(n_cols, path=path, max_on_chip=max_on_chip, tile=tile, tuning=t,
                  itemsize=itemsize, interpreted=INTERPRETED)
@@ -1059,6 +1059,14 @@ def _launch_plan(x2: torch.Tensor, y2: torch.Tensor, path: str, max_on_chip: int
                         wide, p_wide = narrow, p_narrow
         if wide > shift and p_wide.split * p_wide.block >= _window_span(x2, wide):
             t, p, shift = t_wide, p_wide, wide
+        elif shift > 1:
+            # Windows (rows off a vector) that the wider windows would take into one more
+            # part: windows of split_narrow_window_bytes where the plan's parts cover them,
+            # before the 16-byte ones, whose warps' loads straddle sectors.
+            narrow = _shift(itemsize, align, x2, y2, min(int(t["split_narrow_window_bytes"]),
+                                                         int(t["split_window_bytes"])))
+            if narrow > shift and p.split * p.block >= _window_span(x2, narrow):
+                shift = narrow
     if shift > 1 and p.path == "stream" and not _window_fits(x2, shift):
         # The last row's end vector could reach past the memory x owns: element by element
         # (with PyTorch's CUDA caching allocator, whose blocks are whole 512 bytes, a window

@@ -106,6 +106,13 @@ TUNING: dict[str, Any] = {
     # where only the 128-byte windows' loads would pass x's memory (REACH, a mask per row):
     # the bench's 22,776 at 90.2 / 89.2% against 89.9 / 88.9%.
     "split_fewer_parts_window_bytes": 0,
+    # Windows (rows off a vector) whose split_window_bytes windows the plan's parts do not
+    # cover (they span up to width - 1 more columns: a band just below each multiple of the
+    # part), as windows of this many bytes where those fit, not of 16, whose warps' loads
+    # straddle sectors (H200, bf16 / fp16, five parts of 4096: 20,449 / 20,452 at 90.0 / 89.7%
+    # and 89.7 / 89.2% of copy, medians of 3, against 88 / 86% and 87 / 86% as 16-byte
+    # windows in one run; the 32-byte windows screened 90 / 89% and 89 / 90% in that run).
+    "split_narrow_window_bytes": 32,
     # Inside such windows, the row's whole vectors of 16 bytes, not of the window: a row then
     # has at most 2 x 7 loose elements (16-bit; 2 x 3 in fp32), not 2 x 63 (2 x 31), and chunk
     # 0's max and sum of them stay inside a warp. Offline (triton 3.6, bf16 12,289 in chunks of
@@ -132,7 +139,7 @@ TUNING: dict[str, Any] = {
     # the windows' launch, or the aligned rows' launch as windows of 16-byte vectors
     # (split_loose_vectors), or (split_window_bytes=16) read unwindowed. With a max_on_chip
     # of their own, they also decide whether such rows leave the chip where the aligned rows'
-    # plan keeps them there (16-bit 40,961-49,152).
+    # plan keeps them there (16-bit 23,553-24,576).
     "off_sector_overrides": {},
     # Candidates for the H200 sweep (off by default until measured; bench/softmax.py --tune):
     "chip_chunked": False,  # cover a row by 3 power-of-two chunks when that pads less
@@ -367,11 +374,13 @@ _SPLIT_FP32_AHEAD_2K = dict(_SPLIT_FP32_AHEAD, split_chunk=2048, split_warps=2,
 # (86.3 / 86.8 / 88.5%, bf16). Where 32-byte windows take fewer parts (or spare REACH), they
 # are taken (split_fewer_parts_window_bytes).
 _OFF_SECTOR_LOOSE = dict(split_loose_vectors=True, split_fewer_parts_window_bytes=32)
-# ... and where the aligned rows stay on chip (40,961-49,152), split as those of 32,769-40,960
-# (H200, one run, bf16: 41,800 / 45,064 at 91.8 / 91.0% of copy against 81 / 82% on chip as
-# 3 x 16,384, whose loads straddle sectors; aligned 41,792 on chip 92%): the launcher plans
-# them with these knobs where the row's own put them on chip (_launch_plan).
-_OFF_SECTOR_SPLIT_2K = dict(_SPLIT_16_AHEAD_2K, max_on_chip=32768, **_OFF_SECTOR_LOOSE)
+# ... and where the aligned rows stay on chip (23,553-24,576, 3 x 8192 in 3 stages), split as
+# those of 20,481-23,552 (H200, medians of 3, bf16 / fp16: 23,560 / 24,008 / 24,392 at 91.6 /
+# 92.2 / 92.3% and 91.0 / 91.6 / 92.2% of copy against 81 / 82 / 82% and 83 / 82 / 82% on
+# chip in one run, whose loads straddle sectors): the launcher plans them with these knobs
+# where the row's own put them on chip (_launch_plan). The same had held for 40,961-49,152
+# (41,800 / 45,064 at 91.8 / 91.0% against 81 / 82%) until their aligned rows split too.
+_OFF_SECTOR_SPLIT_2K = dict(_SPLIT_16_AHEAD_2K, max_on_chip=16384, **_OFF_SECTOR_LOOSE)
 # ... of 49,153-131,072: windows (odd N) in chunks of 4096 (2 warps, ten per SM), rows off a
 # sector as 128-byte windows in chunks of 8192 five per SM
 _16_AHEAD_SMALL_WINDOWS = dict(window_overrides=_SPLIT_16_SMALL,
@@ -428,7 +437,11 @@ PLAN_TABLE: list[tuple[int, int, int, dict[str, Any]]] = [
     # copy, was 89% padded to 32,768), odd rows too in 8 warps (9,001: 97.1% against 90.2%
     # split in chunks of 2048)
     (4, 8192, 9216, dict(chip_tail=True, window_overrides=dict(elems_per_thread=32))),
-    (4, 9216, 16384, dict(window_overrides=_WINDOWS_FP32_SMALL)),
+    # odd rows of 9217-12,288 on chip as 8192 and a tail too, 16 per thread (H200, medians
+    # of 3: 10,039 / 11,001 / 12,001 / 12,251 at 95.8 / 96.7 / 97.5 / 96.3% of copy against
+    # 89.8 / 90.8 / 91.6 / 90.9% split in chunks of 2048; 32 per thread 81.1% at 10,039)
+    (4, 9216, 12288, dict(window_overrides=dict(chip_tail=True, elems_per_thread=16))),
+    (4, 12288, 16384, dict(window_overrides=_WINDOWS_FP32_SMALL)),
     (4, 16384, 24576, dict(chip_tail=True, elems_per_thread=32,
                            window_overrides=_WINDOWS_FP32_SMALL)),
     (4, 24576, 32768, dict(window_overrides=_WINDOWS_FP32_SMALL)),
@@ -495,6 +508,7 @@ PLAN_TABLE: list[tuple[int, int, int, dict[str, Any]]] = [
                            window_overrides=_SPLIT_16_SMALL,
                            off_sector_overrides=_OFF_SECTOR_LOOSE)),
     (2, 23552, 24576, dict(chip_chunked=True, chunk_elems_per_thread=128, chip_stages=3,
+                           off_sector_overrides=_OFF_SECTOR_SPLIT_2K,
                            **_WINDOWS_16_SMALL)),
     # aligned rows of 24,577-32,768 split with the exchange a row ahead in chunks of 2048,
     # rows off a sector as windows of 16-byte vectors (as from 32,769), windows (odd N) in
@@ -505,23 +519,25 @@ PLAN_TABLE: list[tuple[int, int, int, dict[str, Any]]] = [
     # one PTX loop with relaxed loads, the row loop pipelined in 3 stages (the next row's
     # chunk copied into shared memory while this row waits). Up to 131,072 with the exchange
     # a row ahead: chunks of 2048 in 2 warps, ten per SM, up to 65,536, of 4096 in 4 warps,
-    # five per SM, past it; then 8192 elements in 4 warps, five per SM. From 32,769 to 40,960
-    # too, which 3 chunks of 16,384 on chip pad by 20% or more; the rows of 40,961-49,152 stay
-    # on chip (but those off a sector: _OFF_SECTOR_SPLIT_2K).
+    # five per SM, past it; then 8192 elements in 4 warps, five per SM. From 32,769 to 49,152
+    # too, which 3 chunks of 16,384 on chip pad by 20% or more up to 40,960 and lost beyond
+    # (H200, medians of 3, bf16 / fp16: 41,792 / 42,000 / 44,336 / 46,000 / 48,000 / 49,152 at
+    # 93.1 / 92.2 / 92.5 / 92.5 / 94.6 / 93.8% and 93.1 / 92.8 / 92.7 / 92.5 / 94.8 / 93.8% of
+    # copy against 92.4 / 89.2 / 89.1 / 88.2 / 89.9 / 90.5% and 91.3 / 89.8 / 88.1 / 87.5 /
+    # 90.0 / 90.6% on chip as 3 x 16,384 in 3 stages).
     # Windows (odd N) of 35,841-49,152 and 131,073-262,144 in chunks of 8192 five per SM, of
     # 49,153-131,072 in chunks of 4096 ten per SM, past 262,144 as the aligned rows, of
     # 32,769-35,840 in chunks of 4096 ten per SM (five parts of 8192 just past 32,768 leave
     # each program a short part and a whole program group to pay for; H200, one run, bf16
     # 33,748 at 91.0% of copy against 87.1% in 4 warps eight per SM, _SPLIT_16_WINDOWS, which
-    # no longer spills in 2: 92 registers). Rows off a 32-byte sector of 32,769-40,960 with
+    # no longer spills in 2: 92 registers). Rows off a 32-byte sector of 32,769-49,152 with
     # the aligned rows' launch as windows of 16-byte vectors, of 49,153-262,144 as the windows.
     (2, 32768, 35840, dict(_SPLIT_16_AHEAD_2K, window_overrides=_SPLIT_16_SMALL,
                            off_sector_overrides=_OFF_SECTOR_LOOSE)),
     (2, 35840, 40960, dict(_SPLIT_16_AHEAD_2K, window_overrides=_SPLIT_16_8K_WINDOWS_LOOSE,
                            off_sector_overrides=_OFF_SECTOR_LOOSE)),
-    (2, 40960, 49152, dict(max_on_chip=49152, chip_chunked=True, chunk_elems_per_thread=128,
-                           window_overrides=dict(_SPLIT_16_8K_WINDOWS_LOOSE, max_on_chip=32768),
-                           off_sector_overrides=_OFF_SECTOR_SPLIT_2K)),
+    (2, 40960, 49152, dict(_SPLIT_16_AHEAD_2K, window_overrides=_SPLIT_16_8K_WINDOWS_LOOSE,
+                           off_sector_overrides=_OFF_SECTOR_LOOSE)),
     (2, 49152, 65536, dict(_SPLIT_16_AHEAD_2K, **_16_AHEAD_SMALL_WINDOWS)),
     (2, 65536, 131072, dict(_SPLIT_16_AHEAD_4K, **_16_AHEAD_SMALL_WINDOWS)),
     (2, 131072, 262144, dict(_SPLIT_16_8K, split_programs_per_sm=5,
