@@ -2,8 +2,9 @@
 and kind of row.
 
 What: for every row length from ``--low`` to ``--high`` of each kind that plans apart
-(aligned rows, rows off a 32-byte sector, odd rows), the launch a GPU of ``--sms`` SMs gets
-(path, block or chunk, warps, exchange, window), merged into ranges of equal launches.
+(aligned rows, rows off a 32-byte sector, even rows off the 16-byte vector, odd rows), the
+launch a GPU of ``--sms`` SMs gets (path, block or chunk, warps, exchange, window), merged
+into ranges of equal launches.
 
 Why: PLAN_TABLE, its overrides and the launcher's rules decide the launch together, and a
 length nobody timed can land on a launch timed only elsewhere: bf16 41,800 (off a sector)
@@ -23,17 +24,24 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from split_ptxas import _ITEMSIZES, _launch  # noqa: E402
 
 __all__ = ["KINDS", "describe", "plan_map", "main"]
 
-#: The kinds of row that plan apart, as (modulus, residue) in bytes of the row: N * size %
-#: modulus == residue. Aligned: on 32-byte sectors; off a sector: on 16-byte vectors, every
-#: other row 16 bytes off a sector; odd: off the vector (read as windows), N odd.
-KINDS = {"aligned": (32, 0), "off a sector": (32, 16), "odd": None}
+#: The kinds of row that plan apart, as a test of (N, element size in bytes): aligned rows on
+#: 32-byte sectors; rows off a sector on 16-byte vectors (every other row 16 bytes off a
+#: sector); rows of even N off the vector (16-bit N = 2, 4 or 6 mod 8, fp32 N = 2 mod 4: read
+#: as windows, whose rows start at fewer offsets than odd rows' and span fewer columns);
+#: odd N (read as windows).
+KINDS: dict[str, Callable[[int, int], bool]] = {
+    "aligned": lambda n, size: n * size % 32 == 0,
+    "off a sector": lambda n, size: n * size % 32 == 16,
+    "off the vector": lambda n, size: n % 2 == 0 and n * size % 16 != 0,
+    "odd": lambda n, size: n % 2 == 1,
+}
 
 
 def describe(sm: Any, p: Any, t: dict[str, Any], shift: int, itemsize: int) -> str:
@@ -78,10 +86,10 @@ def plan_map(dtype: str, low: int, high: int, kinds: tuple[str, ...] = tuple(KIN
     for kind in kinds:
         if kind not in KINDS:
             raise ValueError(f"unknown kind {kind!r}: choose from {', '.join(KINDS)}")
-        rule = KINDS[kind]
+        takes = KINDS[kind]
         current: dict[str, Any] | None = None
         for n in range(low, high + 1):
-            if (n % 2 == 0) if rule is None else (n * size % rule[0] != rule[1]):
+            if not takes(n, size):
                 continue
             sm, p, t, _, shift = _launch(dtype, n, None, "auto", sms)
             launch = describe(sm, p, t, shift, size)

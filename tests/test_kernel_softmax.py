@@ -1126,6 +1126,14 @@ def test_bench_plan_map_names_each_class_of_rows_and_its_launch():
     assert off[0]["first"] == 23000 and off[-1]["last"] == 25000
     assert [r["parts"] for r in off] == [(12, 12), (12, 12), (13, 13)], off  # (fewest, most)
     assert all(a["last"] + 16 == b["first"] for a, b in zip(off, off[1:]))  # no length lost
+    # Even rows off the vector (bf16 N = 2, 4, 6 mod 8) are windows: 128-byte ones, then,
+    # just below five parts of 4096, 32-byte ones, then 16-byte ones for the last length,
+    # then 128-byte ones again in six parts.
+    bands = plan_map.plan_map("bfloat16", 20000, 20480, ("off the vector",))
+    assert [(r["first"], r["last"], r["launch"].rsplit("windows of ", 1)[1], r["parts"])
+            for r in bands] == [(20002, 20420, "128 B", (5, 5)), (20422, 20468, "32 B", (5, 5)),
+                                (20470, 20470, "16 B", (5, 5)), (20474, 20478, "128 B", (6, 6))]
+    assert all(n % 8 in (2, 4, 6) for r in bands for n in (r["first"], r["last"]))
     with pytest.raises(ValueError, match="unknown kind 'even'"):
         plan_map.plan_map("bfloat16", 1000, 1100, ("even",))
 
