@@ -59,6 +59,15 @@ CASES: dict[str, tuple[str, str]] = {
                             "loop pipelined in 3 stages)", "softmax"),
     "softmax_bf16_262144": ("softmax, bf16, 953 rows x 262,144 (88% of copy, split, pipelined)",
                             "softmax"),
+    # aligned bf16 rows of 1,064-1,136 run at 88-90% of copy where fp16 rows run the same
+    # launch (1024 + a tail of 256, two rows a program in 2 warps; offline 56 and 63
+    # registers, 504 and 488 SASS instructions, no spill) at 99% and bf16 1,048 at 97%
+    "softmax_bf16_1104": ("softmax, bf16, 226,449 rows x 1104 (88-89% of copy; fp16 99%)",
+                          "softmax"),
+    "softmax_fp16_1104": ("softmax, fp16, 226,449 rows x 1104 (99% of copy: the launch of "
+                          "softmax_bf16_1104)", "softmax"),
+    "softmax_bf16_1048": ("softmax, bf16, 238,549 rows x 1048 (97% of copy: the launch and "
+                          "code of softmax_bf16_1104)", "softmax"),
     "attention_bf16_d128_s4096": ("attention forward, bf16, B=4 H=16 S=4096 D=128, not causal "
                                   "(0.72 of cuDNN)", "attn"),
     "attention_gluon_bf16_d64_s4096_causal": ("the Gluon kernel's launch, bf16, B=4 H=32 "
@@ -98,6 +107,9 @@ CASES: dict[str, tuple[str, str]] = {
 #: skips the compilation's and the autotuner's launches, however many there are.
 PROFILE_RANGE = "onlinesm_profile"
 
+#: a softmax case's dtype, as its name spells it (softmax_<dtype>_<N>[_<variant>])
+DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
+
 #: case-name suffix -> the softmax tuning it adds
 VARIANTS: dict[str, dict[str, Any]] = {
     "st3": dict(split_stages=3, split_poll_loads=True),
@@ -114,9 +126,11 @@ def _case(name: str) -> Callable[[], Any]:
     kernels.use_interpreter(False)
     torch.manual_seed(0)
     if name.startswith("softmax"):
-        _, _, n_text, *variant = name.split("_")
+        _, dtype_text, n_text, *variant = name.split("_")
         n, tuning = int(n_text), VARIANTS[variant[0]] if variant else None
-        x = torch.randn(int(0.5e9 / (n * 2)), n, device="cuda", dtype=torch.bfloat16)
+        dtype = getattr(torch, DTYPES[dtype_text])
+        size = torch.empty(0, dtype=dtype).element_size()
+        x = torch.randn(int(0.5e9 / (n * size)), n, device="cuda", dtype=dtype)
         return lambda: kernels.softmax(x, tuning=tuning)
     if "_d64_" in name:  # the bench's rows: B * S = 16k, H = 32, D = 64
         s = int(re.search(r"_s(\d+)", name).group(1))

@@ -1139,15 +1139,17 @@ def test_bench_plan_map_names_each_class_of_rows_and_its_launch():
 
 
 def test_ncu_softmax_cases_name_real_knobs_and_lengths():
-    # bench/ncu_targets.py builds its softmax cases from their names (softmax_bf16_N[_V]) on
-    # the GPU only: a misspelt variant knob or suffix would surface there, as a lost call.
+    # bench/ncu_targets.py builds its softmax cases from their names (softmax_<dtype>_N[_V])
+    # on the GPU only: a misspelt dtype, variant knob or suffix would surface there, as a
+    # lost call.
     ncu = _bench_module("ncu_targets")
     for variant in ncu.VARIANTS.values():
         assert set(variant) <= set(sp.TUNING), variant
     for name in ncu.CASES:
         if name.startswith("softmax"):
             _, dtype, n, *variant = name.split("_")
-            assert dtype == "bf16" and int(n) > 0 and all(v in ncu.VARIANTS for v in variant)
+            assert dtype in ncu.DTYPES and int(n) > 0 and all(v in ncu.VARIANTS for v in variant)
+            assert isinstance(getattr(torch, ncu.DTYPES[dtype]), torch.dtype), name
 
 
 def test_bench_medians_compare_candidates_by_medians_over_runs(tmp_path, capsys, monkeypatch):
