@@ -1590,6 +1590,17 @@ def test_rows_off_a_sector_take_narrower_windows_where_they_take_fewer_parts_or_
     assert wide.options["REACH"] == (slack == 0)
 
 
+def _rows_across_parts(rows: int, n: int, dtype) -> torch.Tensor:
+    """rows x n that a split launch gets wrong at its parts' bounds: -inf over the first half
+    of every fifth row (runs across the bounds), each row's largest element at its very end,
+    and row 7 fully masked."""
+    x = gaussian(rows, n, scale=4.0, seed=n)
+    x[::5, : n // 2] = NEG_INF
+    x[:, -1] = 9.0
+    x[7] = NEG_INF
+    return make(x, dtype)
+
+
 @gpu
 @requires_cuda
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
@@ -1602,11 +1613,7 @@ def test_gpu_rows_off_a_sector_as_narrower_windows(dtype, n):
     # (22,776: as many parts as 128-byte windows, taken since x ends with its last row, 64
     # rows on a 512-byte block, where the 128-byte windows' loads would pass it.)
     assert 64 * n * 2 % 512 == 0
-    x = gaussian(64, n, scale=4.0, seed=n)
-    x[::5, : n // 2] = NEG_INF
-    x[:, -1] = 9.0
-    x[7] = NEG_INF
-    t = make(x, dtype)
+    t = _rows_across_parts(64, n, dtype)
     if sm._sm_count(t.device) == 132:
         assert sm._launch(t, torch.empty_like(t), "auto", None, None, None, False).options[
             "SHIFT"] == 16
@@ -1629,11 +1636,7 @@ def test_gpu_rows_of_10k_to_49k_take_their_launch(dtype, n, path):
     # rows whose 128-byte windows would take one more part as 32-byte windows (20,449; fp32
     # 14,321), fp32 odd rows of 9217-12,288 on chip as a block and a tail: -inf runs across
     # the parts' bounds, a fully masked row, each row's largest element at its very end.
-    x = gaussian(40, n, scale=4.0, seed=n)
-    x[::5, : n // 2] = NEG_INF
-    x[:, -1] = 9.0
-    x[7] = NEG_INF
-    t = make(x, dtype)
+    t = _rows_across_parts(40, n, dtype)
     launch = sm._launch(t, torch.empty_like(t), "auto", None, None, None, False)
     assert ("BLOCK_N" in launch.options) == (path == "on_chip")
     for fm in ("zeros", "nan"):
