@@ -88,7 +88,8 @@ def variants(n: int, itemsize: int) -> list[tuple[str, dict[str, Any]]]:
       against 100 in bf16 at 1300, triton 3.9 offline).
     * ``chip cap128``: the shipped plan with the on-chip kernel compiled under a cap of 128
       registers (``chip_maxnreg``), for 16-bit rows of 1025-4096 (shipped for odd rows of
-      2042-3065, windows of 3 x 1024 in one warp).
+      2042-3065, windows of 3 x 1024 in one warp). ``chip cap40/48/56``, ``chip cap72/80``:
+      tighter caps for aligned 16-bit rows of 1025-1536 and 8193-16,384, for more warps an SM.
     * ``chip chunks tail eptE``: on chip as 3 power-of-two chunks and a smaller tail past
       them (an odd 16-bit row of 12,289 is a window of 12,296: 3 x 4096 and a tail).
     * ``chip tail eptE [stS]``: on chip as a power-of-two block and a smaller power-of-two
@@ -176,6 +177,13 @@ def variants(n: int, itemsize: int) -> list[tuple[str, dict[str, Any]]]:
         # 1024 in one warp) take 163 where fp16 takes 128 (its conversions in place), so an SM
         # holds 12 such warps, not 16 (bf16 2047 at 90.5% of copy, fp16 99.6%)
         out.append(("chip cap128", dict(path="auto", tuning=dict(chip_maxnreg=128))))
+    if itemsize == 2 and not n % 8 and (1024 < n <= 1536 or 8192 < n <= 16384):
+        # the shipped launch under tighter caps, for more warps per SM: aligned bf16 1,064-1,136
+        # (1024 + 256, two rows a program in 2 warps) take 60 registers on triton 3.6, 32 warps
+        # an SM (fp16, 56: 36 warps, at 99% of copy against bf16's 88-90%); 12,640 (16,384 in 8
+        # warps) 95, two programs an SM
+        for cap in ((40, 48, 56) if n <= 1536 else (72, 80)):
+            out.append((f"chip cap{cap}", dict(path="auto", tuning=dict(chip_maxnreg=cap))))
     if itemsize == 2 and 2048 < n <= 65536:  # latency-bound rows: fewer threads per row
         epts = (32, 64, 128) if n <= 32768 else (128,)
         for ept in epts:

@@ -1856,3 +1856,33 @@ def test_softmax_plans_once_per_launch_key(monkeypatch):
     assert len(planned) == 5
     for _ in range(2):
         check(x, softmax(x))
+
+
+def test_aligned_16_bit_rows_under_a_register_cap_compile_without_a_spill():
+    # Aligned 16-bit rows of 1025-1280 (1024 + a tail of 256, two rows a program in 2 warps)
+    # are capped at 56 registers: bf16 takes 60 uncapped (triton 3.6), 32 warps an SM (bf16
+    # 1,104 at 88% of copy, capped 92%). Those of 12,289-16,384 (16,384 in 8 warps) at 80:
+    # uncapped 95, two programs an SM (12,640 at 90%, capped 100%). Rows with a tail of 512
+    # (1,400) stay uncapped (73% capped against 99%), and so do the odd rows' windows. Capped,
+    # none may spill, or the cap trades occupancy for local memory.
+    rows = _split_ptxas("--dtypes", "bfloat16,float16", "--ns", "1104,1280,1400,1101,12296,16384")
+    caps = [r["options"].get("maxnreg") for r in rows]
+    assert caps == [56, 56, None, None, 80, 80] * 2, caps
+    assert all(r["path"] == "on_chip" and r["spill_bytes"] == 0 for r in rows), [
+        (r["path"], r["spill_bytes"]) for r in rows]
+    assert all(r["registers"] <= (r["options"].get("maxnreg") or 255) for r in rows)
+
+
+@gpu
+@requires_cuda
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("n, cap", [(1064, 56), (1280, 56), (1400, None), (12296, 80),
+                                    (12600, 80), (16384, 80)])
+def test_gpu_aligned_16_bit_rows_under_a_register_cap(dtype, n, cap):
+    # The capped on-chip launches (see the test above) on the GPU: -inf runs across the
+    # block's and the tail's bounds, a fully masked row, each row's largest element at its end.
+    t = _rows_across_parts(40, n, dtype)
+    launch = sm._launch(t, torch.empty_like(t), "auto", None, None, None, False)
+    assert launch.options.get("maxnreg") == cap
+    for fm in ("zeros", "nan"):
+        check(t, softmax(t, fully_masked=fm), fm)

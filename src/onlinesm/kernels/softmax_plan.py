@@ -473,9 +473,17 @@ PLAN_TABLE: list[tuple[int, int, int, dict[str, Any]]] = [
     # 513-1536 as a block and a tail where that pads less (bf16 / fp16 1,101 / 1,151 at 99.4 /
     # 99.3% and 99.5 / 98.4% against 88.0 / 89.7% and 90.3 / 92.0% as one block; level at
     # 1,401 and 1,529). Aligned rows of 1025-1536 on chip as 1024 columns and a tail, 32 per
-    # thread (1,200 at 100.0 / 100.2% against 81.5 / 86.0% padded to 2048)
+    # thread (1,200 at 100.0 / 100.2% against 81.5 / 86.0% padded to 2048); those of 1025-1280
+    # (a tail of 256) with registers capped at 56: bf16 takes 60 uncapped (triton 3.6), 32
+    # warps an SM, fp16 56, 36 (medians of 3, bf16 1,064 / 1,104 / 1,136 / 1,200 at 93.0 /
+    # 91.9 / 96.6 / 97.6% of copy capped against 88.3 / 88.4 / 90.7 / 93.0%; fp16 level; a
+    # cap of 48 92-93%, of 40 52-53%, spilled). Not with a tail of 512: 1,400 / 1,536 at 73 /
+    # 75% capped against 99%. Not the windows' one warp either.
     (2, 512, 1024, _SHORT_16_TAIL),
-    (2, 1024, 1536, dict(_SHORT_16_TAIL, chip_tail=True, chip_chunked=False, elems_per_thread=32)),
+    (2, 1024, 1280, dict(_SHORT_16_TAIL, chip_tail=True, chip_chunked=False, elems_per_thread=32,
+                         chip_maxnreg=56, window_overrides=dict(
+                             _SHORT_16_TAIL["window_overrides"], chip_maxnreg=0))),
+    (2, 1280, 1536, dict(_SHORT_16_TAIL, chip_tail=True, chip_chunked=False, elems_per_thread=32)),
     (2, 1536, 2048, _SHORT_16),
     # ... windows of 2049-3072 on chip as 3 x 1024 in one warp: registers capped at 128, so an
     # SM holds 16 such warps, not 12 (bf16 took 163; H200, medians of 3: bf16 2,047 / 2,501 at
@@ -496,7 +504,13 @@ PLAN_TABLE: list[tuple[int, int, int, dict[str, Any]]] = [
     # chunks
     (2, 4096, 8240, dict(_ALIGNED_16_4K_16K, window_overrides=dict(
         _SPLIT_16_SMALL_LOOSE, max_on_chip=8240, chip_tail=True))),
-    (2, 8240, 16384, dict(_ALIGNED_16_4K_16K, window_overrides=_WINDOWS_16_CHUNKS_CAPPED)),
+    (2, 8240, 12288, dict(_ALIGNED_16_4K_16K, window_overrides=_WINDOWS_16_CHUNKS_CAPPED)),
+    # ... aligned rows of 12,289-16,384 on chip as one block of 16,384 in 8 warps, registers
+    # capped at 80: uncapped they take 95, two programs an SM, capped three (medians of 3,
+    # bf16 12,296 / 12,640 / 13,000 / 14,336 / 16,384 at 98.7 / 100.5 / 98.1 / 97.7 / 96.3% of
+    # copy against 86.9 / 89.9 / 89.2 / 93.4 / 96.1%, fp16 alike; at 72 84%)
+    (2, 12288, 16384, dict(_ALIGNED_16_4K_16K, chip_maxnreg=80,
+                           window_overrides=_WINDOWS_16_CHUNKS_CAPPED)),
     # aligned rows of 16,385-20,480 on chip as 16,384 columns and a tail of 4096 in 16 warps;
     # windows (odd N) and rows up to 23,552, which 3 chunks of 8192 on chip would pad by 4% or
     # more, split in small chunks: aligned rows of 20,481-23,552 in chunks of 2048 with the
