@@ -68,7 +68,8 @@ def describe(sm: Any, p: Any, t: dict[str, Any], shift: int, itemsize: int) -> s
         return (f"on chip as {block}" + (f" + {p.tail}" if p.tail else "")
                 + f", {p.rows_per_program} row{'s' if p.rows_per_program > 1 else ''} a "
                 f"program, {p.num_warps} warps" + (f", {p.stages} stages" if p.stages > 1
-                                                   else "") + window)
+                                                   else "") + window
+                + (f", {int(t['chip_maxnreg'])} registers" if t["chip_maxnreg"] else ""))
     return f"{p.path} in tiles of {p.block}, {p.num_warps} warps" + window
 
 
