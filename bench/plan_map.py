@@ -14,6 +14,15 @@ class of rows and its launch at a glance, to choose what a GPU sweep should time
 
     python bench/plan_map.py                                  # 16-bit and fp32, 1k-64k
     python bench/plan_map.py --dtypes bfloat16 --low 20000 --high 50000 --kinds "off a sector"
+    python bench/plan_map.py --dtypes bfloat16 --occupancy    # + registers, programs an SM
+
+``--occupancy`` compiles the first length of each on-chip range for sm_90a (ptxas, offline)
+and adds its registers, the programs an SM holds by them, and the register cap that would let
+one more program share the SM, with what ptxas spills under it. The on-chip launches are
+latency-bound: where registers hold the warps an SM runs, a cap that adds a program without a
+spill is a candidate to time (bf16 1,104 at 60 registers, 16 programs of 2 warps: 88% of copy;
+capped at 56, 18 programs, 92%). Registers differ by triton version (bf16 12,640: 128 under
+triton 3.6, 95 under 3.9): run it with the triton the GPU has.
 
 Needs torch and triton (any machine: no GPU; it plans as for one even where the process runs
 kernels under Triton's interpreter).
@@ -22,14 +31,19 @@ kernels under Triton's interpreter).
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 from typing import Any, Callable
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from split_ptxas import _ITEMSIZES, _launch  # noqa: E402
+from split_ptxas import _ITEMSIZES, _launch, compile_launch  # noqa: E402
 
-__all__ = ["KINDS", "describe", "plan_map", "main"]
+__all__ = ["KINDS", "describe", "plan_map", "programs_per_sm", "occupancy", "main"]
+
+#: An H200 SM (compute capability 9.0): registers, warps and programs it holds, and the unit
+#: a warp's registers are allocated in
+_SM_REGISTERS, _SM_WARPS, _SM_PROGRAMS, _REGISTER_UNIT = 65536, 64, 32, 256
 
 #: The kinds of row that plan apart, as a test of (N, element size in bytes): aligned rows on
 #: 32-byte sectors; rows off a sector on 16-byte vectors (every other row 16 bytes off a
@@ -106,6 +120,38 @@ def plan_map(dtype: str, low: int, high: int, kinds: tuple[str, ...] = tuple(KIN
     return out
 
 
+def programs_per_sm(registers: int, num_warps: int) -> int:
+    """Programs of ``num_warps`` warps an SM holds at ``registers`` per thread (registers,
+    warps and programs bounding; shared memory aside: the on-chip kernel takes little).
+
+    >>> programs_per_sm(60, 2), programs_per_sm(56, 2), programs_per_sm(128, 8)
+    (16, 18, 2)
+    """
+    per_warp = -(-registers * 32 // _REGISTER_UNIT) * _REGISTER_UNIT
+    warps = min(_SM_REGISTERS // per_warp, _SM_WARPS)
+    return min(warps // num_warps, _SM_PROGRAMS)
+
+
+def occupancy(dtype: str, n: int, sms: int = 132) -> dict[str, Any] | None:
+    """The on-chip launch of rows of ``n`` compiled for sm_90a: ``{"registers", "programs",
+    "cap", "cap_spill"}``, where ``cap`` is the largest register cap (a multiple of 8) that
+    lets one more program at least share an SM and ``cap_spill`` what ptxas spills under it (bytes;
+    None where no cap of 24 or more would). None for a launch that is not on chip."""
+    sm, p, t, _, _ = _launch(dtype, n, None, "auto", sms)
+    if p.path != "on_chip":
+        return None
+    base = compile_launch(dtype, n, sms=sms)
+    registers, warps = base["registers"], p.num_warps
+    programs = programs_per_sm(registers, warps)
+    budget = _SM_REGISTERS // ((programs + 1) * warps)  # a warp's registers at one more
+    cap = budget // _REGISTER_UNIT * _REGISTER_UNIT // 32 // 8 * 8
+    if programs >= min(_SM_PROGRAMS, _SM_WARPS // warps) or cap < 24:
+        return dict(registers=registers, programs=programs, cap=None, cap_spill=None)
+    capped = compile_launch(dtype, n, dict(chip_maxnreg=cap), sms=sms)
+    return dict(registers=registers, programs=programs, cap=cap,
+                cap_spill=capped["spill_bytes"])
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dtypes", default="bfloat16,float32")
@@ -114,9 +160,21 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--kinds", default=",".join(KINDS), help="comma-separated: "
                     + ", ".join(KINDS))
     ap.add_argument("--sms", type=int, default=132, help="the GPU's SMs (an H200's 132)")
+    ap.add_argument("--occupancy", action="store_true", help="compile each on-chip range's "
+                    "first length (ptxas, offline): registers, programs an SM, and the cap "
+                    "for one more")
+    ap.add_argument("--json", action="store_true", help="one JSON object per range instead "
+                    "of the table (the range, and with --occupancy its registers and cap)")
     args = ap.parse_args(argv)
-    print("| dtype | rows | N | launch | parts |")
-    print("|---|---|---|---|---|")
+    if args.json:
+        for dtype in args.dtypes.split(","):
+            for r in plan_map(dtype, args.low, args.high, tuple(args.kinds.split(",")), args.sms):
+                occ = occupancy(dtype, r["first"], args.sms) if args.occupancy else None
+                print(json.dumps({**r, **(occ or {})}), flush=True)
+        return 0
+    extra = " registers | programs an SM | cap for one more (spill) |" if args.occupancy else ""
+    print("| dtype | rows | N | launch | parts |" + extra)
+    print("|---|---|---|---|---|" + "---|" * (3 if args.occupancy else 0))
     for dtype in args.dtypes.split(","):
         if dtype not in _ITEMSIZES:
             sys.exit(f"unknown dtype {dtype!r}: choose from {', '.join(_ITEMSIZES)}")
@@ -124,8 +182,16 @@ def main(argv: list[str] | None = None) -> int:
             parts = "" if r["parts"] is None else (
                 f"{r['parts'][0]}" if r["parts"][0] == r["parts"][1]
                 else f"{r['parts'][0]}-{r['parts'][1]}")
-            print(f"| {dtype} | {r['kind']} | {r['first']:,}-{r['last']:,} | {r['launch']} "
-                  f"| {parts} |")
+            row = (f"| {dtype} | {r['kind']} | {r['first']:,}-{r['last']:,} | {r['launch']} "
+                   f"| {parts} |")
+            occ = occupancy(dtype, r["first"], args.sms) if args.occupancy else None
+            if occ is not None:
+                cap = ("" if occ["cap"] is None
+                       else f"{occ['cap']} ({occ['cap_spill']} B)")
+                row += f" {occ['registers']} | {occ['programs']} | {cap} |"
+            elif args.occupancy:
+                row += " | | |"
+            print(row, flush=True)
     return 0
 
 

@@ -89,7 +89,9 @@ def variants(n: int, itemsize: int) -> list[tuple[str, dict[str, Any]]]:
     * ``chip cap128``: the shipped plan with the on-chip kernel compiled under a cap of 128
       registers (``chip_maxnreg``), for 16-bit rows of 1025-4096 (shipped for odd rows of
       2042-3065, windows of 3 x 1024 in one warp). ``chip cap40/48/56``, ``chip cap72/80``:
-      tighter caps for aligned 16-bit rows of 1025-1536 and 8193-16,384, for more warps an SM.
+      tighter caps for aligned 16-bit rows of 1025-1536 and 8193-16,384, for more warps an SM;
+      ``chip cap40/48`` for fp32 windows of 6145-8192, ``chip cap64/72`` for aligned fp32 rows
+      of 18,433-24,576 (the caps ``bench/plan_map.py --occupancy`` names).
     * ``chip chunks tail eptE``: on chip as 3 power-of-two chunks and a smaller tail past
       them (an odd 16-bit row of 12,289 is a window of 12,296: 3 x 4096 and a tail).
     * ``chip tail eptE [stS]``: on chip as a power-of-two block and a smaller power-of-two
@@ -183,6 +185,13 @@ def variants(n: int, itemsize: int) -> list[tuple[str, dict[str, Any]]]:
         # an SM (fp16, 56: 36 warps, at 99% of copy against bf16's 88-90%); 12,640 (16,384 in 8
         # warps) 95, two programs an SM
         for cap in ((40, 48, 56) if n <= 1536 else (72, 80)):
+            out.append((f"chip cap{cap}", dict(path="auto", tuning=dict(chip_maxnreg=cap))))
+    if itemsize == 4 and ((n % 4 and 6144 < n <= 8192) or (not n % 4 and 18432 < n <= 24576)):
+        # fp32 rows that `bench/plan_map.py --occupancy` names (triton 3.6): windows of 6145-
+        # 8192 as 8192 in 16 warps at 56 registers, two programs an SM (40: three, no spill;
+        # 6,242 at 89.9% of copy); aligned rows of 18,433-24,576 as 16,384 + a tail in 16
+        # warps at 79-90, one program (64: two, no spill)
+        for cap in ((40, 48) if n % 4 else (64, 72)):
             out.append((f"chip cap{cap}", dict(path="auto", tuning=dict(chip_maxnreg=cap))))
     if itemsize == 2 and 2048 < n <= 65536:  # latency-bound rows: fewer threads per row
         epts = (32, 64, 128) if n <= 32768 else (128,)

@@ -1886,3 +1886,22 @@ def test_gpu_aligned_16_bit_rows_under_a_register_cap(dtype, n, cap):
     assert launch.options.get("maxnreg") == cap
     for fm in ("zeros", "nan"):
         check(t, softmax(t, fully_masked=fm), fm)
+
+
+def test_bench_plan_map_counts_the_programs_registers_let_an_sm_hold():
+    # ncu on the H200 (bench_softmax.md, thirty-first round): 2-warp programs at 60 registers,
+    # 16 an SM (theoretical occupancy 50%); at 56, 18 (56.25%, 36 warps). 8-warp programs of
+    # 16,384 columns at 128 registers: 2; at 80: 3 (25 warps' registers).
+    plan_map = _bench_module("plan_map")
+    assert [plan_map.programs_per_sm(r, w) for r, w in ((60, 2), (56, 2), (128, 8), (80, 8))] \
+        == [16, 18, 2, 3]
+    assert plan_map.programs_per_sm(32, 1) == 32  # 64 warps' registers, but 32 programs
+    # ... and the launches of the map, compiled offline: the shipped cap holds that count, and
+    # the cap the map proposes would hold one more program at least (48: 21, the unit of a
+    # warp's registers being 256).
+    (row,) = _offline_sm90("plan_map.py", "--dtypes", "bfloat16", "--low", "1104", "--high",
+                           "1104", "--kinds", "aligned", "--occupancy")
+    assert row["first"] == 1104 and row["launch"].endswith("56 registers"), row
+    assert row["registers"] <= 56 and row["programs"] == 18, row
+    assert plan_map.programs_per_sm(row["cap"], 2) > 18, row
+    assert plan_map.programs_per_sm(row["cap"] + 8, 2) == 18, row  # the largest such cap
