@@ -183,7 +183,7 @@ def variants(n: int, itemsize: int) -> list[tuple[str, dict[str, Any]]]:
         # the shipped launch under tighter caps, for more warps per SM: aligned bf16 1,064-1,136
         # (1024 + 256, two rows a program in 2 warps) take 60 registers on triton 3.6, 32 warps
         # an SM (fp16, 56: 36 warps, at 99% of copy against bf16's 88-90%); 12,640 (16,384 in 8
-        # warps) 95, two programs an SM
+        # warps) 128, two programs an SM
         for cap in ((40, 48, 56) if n <= 1536 else (72, 80)):
             out.append((f"chip cap{cap}", dict(path="auto", tuning=dict(chip_maxnreg=cap))))
     if itemsize == 4 and ((n % 4 and 6144 < n <= 8192) or (not n % 4 and 18432 < n <= 24576)):

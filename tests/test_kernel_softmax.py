@@ -1862,9 +1862,9 @@ def test_aligned_16_bit_rows_under_a_register_cap_compile_without_a_spill():
     # Aligned 16-bit rows of 1025-1280 (1024 + a tail of 256, two rows a program in 2 warps)
     # are capped at 56 registers: bf16 takes 60 uncapped (triton 3.6), 32 warps an SM (bf16
     # 1,104 at 88% of copy, capped 92%). Those of 12,289-16,384 (16,384 in 8 warps) at 80:
-    # uncapped 95, two programs an SM (12,640 at 90%, capped 100%). Rows with a tail of 512
-    # (1,400) stay uncapped (73% capped against 99%), and so do the odd rows' windows. Capped,
-    # none may spill, or the cap trades occupancy for local memory.
+    # uncapped 128 (triton 3.6), two programs an SM (12,640 at 90%, capped 100%). Rows with a
+    # tail of 512 (1,400) stay uncapped (73% capped against 99%), and so do the odd rows'
+    # windows. Capped, none may spill, or the cap trades occupancy for local memory.
     rows = _split_ptxas("--dtypes", "bfloat16,float16", "--ns", "1104,1280,1400,1101,12296,16384")
     caps = [r["options"].get("maxnreg") for r in rows]
     assert caps == [56, 56, None, None, 80, 80] * 2, caps

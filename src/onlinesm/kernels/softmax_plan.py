@@ -506,9 +506,9 @@ PLAN_TABLE: list[tuple[int, int, int, dict[str, Any]]] = [
         _SPLIT_16_SMALL_LOOSE, max_on_chip=8240, chip_tail=True))),
     (2, 8240, 12288, dict(_ALIGNED_16_4K_16K, window_overrides=_WINDOWS_16_CHUNKS_CAPPED)),
     # ... aligned rows of 12,289-16,384 on chip as one block of 16,384 in 8 warps, registers
-    # capped at 80: uncapped they take 95, two programs an SM, capped three (medians of 3,
-    # bf16 12,296 / 12,640 / 13,000 / 14,336 / 16,384 at 98.7 / 100.5 / 98.1 / 97.7 / 96.3% of
-    # copy against 86.9 / 89.9 / 89.2 / 93.4 / 96.1%, fp16 alike; at 72 84%)
+    # capped at 80: uncapped they take 128 (triton 3.6), two programs an SM, capped three
+    # (medians of 3, bf16 12,296 / 12,640 / 13,000 / 14,336 / 16,384 at 98.7 / 100.5 / 98.1 /
+    # 97.7 / 96.3% of copy against 86.9 / 89.9 / 89.2 / 93.4 / 96.1%, fp16 alike; at 72 84%)
     (2, 12288, 16384, dict(_ALIGNED_16_4K_16K, chip_maxnreg=80,
                            window_overrides=_WINDOWS_16_CHUNKS_CAPPED)),
     # aligned rows of 16,385-20,480 on chip as 16,384 columns and a tail of 4096 in 16 warps;
