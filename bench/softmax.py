@@ -91,7 +91,9 @@ def variants(n: int, itemsize: int) -> list[tuple[str, dict[str, Any]]]:
       2042-3065, windows of 3 x 1024 in one warp). ``chip cap40/48/56``, ``chip cap72/80``:
       tighter caps for aligned 16-bit rows of 1025-1536 and 8193-16,384, for more warps an SM;
       ``chip cap40/48`` for fp32 windows of 6145-8192, ``chip cap64/72`` for aligned fp32 rows
-      of 18,433-24,576 (the caps ``bench/plan_map.py --occupancy`` names).
+      of 18,433-24,576 (the caps ``bench/plan_map.py --occupancy`` names); ``chip tail ept64
+      cap80``: aligned 16-bit rows of 16,385-18,432 as 16,384 and a tail of 2048 in 8 warps,
+      three an SM.
     * ``chip chunks tail eptE``: on chip as 3 power-of-two chunks and a smaller tail past
       them (an odd 16-bit row of 12,289 is a window of 12,296: 3 x 4096 and a tail).
     * ``chip tail eptE [stS]``: on chip as a power-of-two block and a smaller power-of-two
@@ -241,6 +243,12 @@ def variants(n: int, itemsize: int) -> list[tuple[str, dict[str, Any]]]:
             # sixteen per SM lost at 8k-14k.
             out.append(("split loose16 c4096 w2 x10", dict(
                 path="split", tuning=dict(_SPLIT_16_SMALL_LOOSE))))
+        if itemsize == 2 and not n % 8 and 16384 < n <= 18432:
+            # ... in 8 warps (a tail of 2048) capped at 80: three programs an SM, not two of 16
+            # warps (102 registers uncapped, 28 bytes spilled capped, triton 3.6 offline; the
+            # odd rows' windows spill 180); for 16,472 at 89.7% of copy
+            out.append(("chip tail ept64 cap80", dict(path="on_chip", tuning=dict(
+                chip_tail=True, chip_chunked=False, elems_per_thread=64, chip_maxnreg=80))))
         if itemsize == 2 and 20480 < n <= 24576:  # 16 warps capped to let two share an SM
             out.append(("chip tail ept32 cap64", dict(path="on_chip", tuning=dict(
                 chip_tail=True, chip_chunked=False, elems_per_thread=32, chip_maxnreg=64))))
