@@ -135,8 +135,8 @@ def programs_per_sm(registers: int, num_warps: int) -> int:
 def occupancy(dtype: str, n: int, sms: int = 132) -> dict[str, Any] | None:
     """The on-chip launch of rows of ``n`` compiled for sm_90a: ``{"registers", "programs",
     "cap", "cap_spill"}``, where ``cap`` is the largest register cap (a multiple of 8) that
-    lets one more program at least share an SM and ``cap_spill`` what ptxas spills under it (bytes;
-    None where no cap of 24 or more would). None for a launch that is not on chip."""
+    lets one more program at least share an SM and ``cap_spill`` what ptxas spills under it
+    (bytes; both None where no cap of 24 or more would). None for a launch not on chip."""
     sm, p, t, _, _ = _launch(dtype, n, None, "auto", sms)
     if p.path != "on_chip":
         return None
@@ -166,28 +166,27 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true", help="one JSON object per range instead "
                     "of the table (the range, and with --occupancy its registers and cap)")
     args = ap.parse_args(argv)
-    if args.json:
-        for dtype in args.dtypes.split(","):
-            for r in plan_map(dtype, args.low, args.high, tuple(args.kinds.split(",")), args.sms):
-                occ = occupancy(dtype, r["first"], args.sms) if args.occupancy else None
-                print(json.dumps({**r, **(occ or {})}), flush=True)
-        return 0
-    extra = " registers | programs an SM | cap for one more (spill) |" if args.occupancy else ""
-    print("| dtype | rows | N | launch | parts |" + extra)
-    print("|---|---|---|---|---|" + "---|" * (3 if args.occupancy else 0))
-    for dtype in args.dtypes.split(","):
-        if dtype not in _ITEMSIZES:
-            sys.exit(f"unknown dtype {dtype!r}: choose from {', '.join(_ITEMSIZES)}")
+    dtypes = args.dtypes.split(",")
+    unknown = [d for d in dtypes if d not in _ITEMSIZES]
+    if unknown:
+        sys.exit(f"unknown dtype {unknown[0]!r}: choose from {', '.join(_ITEMSIZES)}")
+    if not args.json:
+        extra = " registers | programs an SM | cap for one more (spill) |" * args.occupancy
+        print("| dtype | rows | N | launch | parts |" + extra)
+        print("|---|---|---|---|---|" + "---|" * (3 * args.occupancy))
+    for dtype in dtypes:
         for r in plan_map(dtype, args.low, args.high, tuple(args.kinds.split(",")), args.sms):
+            occ = occupancy(dtype, r["first"], args.sms) if args.occupancy else None
+            if args.json:
+                print(json.dumps({**r, **(occ or {})}), flush=True)
+                continue
             parts = "" if r["parts"] is None else (
                 f"{r['parts'][0]}" if r["parts"][0] == r["parts"][1]
                 else f"{r['parts'][0]}-{r['parts'][1]}")
             row = (f"| {dtype} | {r['kind']} | {r['first']:,}-{r['last']:,} | {r['launch']} "
                    f"| {parts} |")
-            occ = occupancy(dtype, r["first"], args.sms) if args.occupancy else None
             if occ is not None:
-                cap = ("" if occ["cap"] is None
-                       else f"{occ['cap']} ({occ['cap_spill']} B)")
+                cap = "" if occ["cap"] is None else f"{occ['cap']} ({occ['cap_spill']} B)"
                 row += f" {occ['registers']} | {occ['programs']} | {cap} |"
             elif args.occupancy:
                 row += " | | |"

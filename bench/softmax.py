@@ -181,20 +181,21 @@ def variants(n: int, itemsize: int) -> list[tuple[str, dict[str, Any]]]:
         # 1024 in one warp) take 163 where fp16 takes 128 (its conversions in place), so an SM
         # holds 12 such warps, not 16 (bf16 2047 at 90.5% of copy, fp16 99.6%)
         out.append(("chip cap128", dict(path="auto", tuning=dict(chip_maxnreg=128))))
+    # the shipped launch under tighter caps, for more warps per SM (on-chip launches are
+    # latency-bound); each range as `bench/plan_map.py --occupancy` names it (triton 3.6)
+    caps: tuple[int, ...] = ()
     if itemsize == 2 and not n % 8 and (1024 < n <= 1536 or 8192 < n <= 16384):
-        # the shipped launch under tighter caps, for more warps per SM: aligned bf16 1,064-1,136
-        # (1024 + 256, two rows a program in 2 warps) take 60 registers on triton 3.6, 32 warps
-        # an SM (fp16, 56: 36 warps, at 99% of copy against bf16's 88-90%); 12,640 (16,384 in 8
-        # warps) 128, two programs an SM
-        for cap in ((40, 48, 56) if n <= 1536 else (72, 80)):
-            out.append((f"chip cap{cap}", dict(path="auto", tuning=dict(chip_maxnreg=cap))))
-    if itemsize == 4 and ((n % 4 and 6144 < n <= 8192) or (not n % 4 and 18432 < n <= 24576)):
-        # fp32 rows that `bench/plan_map.py --occupancy` names (triton 3.6): windows of 6145-
-        # 8192 as 8192 in 16 warps at 56 registers, two programs an SM (40: three, no spill;
-        # 6,242 at 89.9% of copy); aligned rows of 18,433-24,576 as 16,384 + a tail in 16
-        # warps at 79-90, one program (64: two, no spill)
-        for cap in ((40, 48) if n % 4 else (64, 72)):
-            out.append((f"chip cap{cap}", dict(path="auto", tuning=dict(chip_maxnreg=cap))))
+        # aligned bf16 1,064-1,136 (1024 + 256, two rows a program in 2 warps) take 60
+        # registers, 32 warps an SM (fp16, 56: 36 warps, at 99% of copy against bf16's
+        # 88-90%); 12,640 (16,384 in 8 warps) 128, two programs an SM
+        caps = (40, 48, 56) if n <= 1536 else (72, 80)
+    elif itemsize == 4 and ((n % 4 and 6144 < n <= 8192) or (not n % 4 and 18432 < n <= 24576)):
+        # fp32 windows of 6145-8192 as 8192 in 16 warps at 56 registers, two programs an SM
+        # (40: three, no spill; 6,242 at 89.9% of copy); aligned rows of 18,433-24,576 as
+        # 16,384 + a tail in 16 warps at 79-90, one program (64: two, no spill)
+        caps = (40, 48) if n % 4 else (64, 72)
+    for cap in caps:
+        out.append((f"chip cap{cap}", dict(path="auto", tuning=dict(chip_maxnreg=cap))))
     if itemsize == 2 and 2048 < n <= 65536:  # latency-bound rows: fewer threads per row
         epts = (32, 64, 128) if n <= 32768 else (128,)
         for ept in epts:

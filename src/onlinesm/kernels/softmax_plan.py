@@ -403,6 +403,8 @@ _SHORT_16 = dict(unaligned_elems_per_program=2048, unaligned_elems_per_thread=32
 # ... windows of 513-1536 as a power-of-two block and a smaller tail in that warp where that
 # pads less (601's window as 512 + 256 columns, 1,101's as 1024 + 256, not 1024 and 2048)
 _SHORT_16_TAIL = dict(_SHORT_16, window_overrides=dict(_CHIP_WINDOWS_ONE_WARP, chip_tail=True))
+# ... aligned rows of 1025-1536 as 1024 columns and a tail, 32 per thread
+_ALIGNED_16_1K_TAIL = dict(_SHORT_16_TAIL, chip_tail=True, chip_chunked=False, elems_per_thread=32)
 # aligned 16-bit rows of 4097-16,384 on chip, 64 elements per thread, as 3 chunks of 128 per
 # thread where those pad less than one block (12,288 as 3 x 4096 in 4 warps)
 _ALIGNED_16_4K_16K = dict(elems_per_thread=64, chip_chunked=True, chunk_elems_per_thread=128)
@@ -480,10 +482,9 @@ PLAN_TABLE: list[tuple[int, int, int, dict[str, Any]]] = [
     # cap of 48 92-93%, of 40 52-53%, spilled). Not with a tail of 512: 1,400 / 1,536 at 73 /
     # 75% capped against 99%. Not the windows' one warp either.
     (2, 512, 1024, _SHORT_16_TAIL),
-    (2, 1024, 1280, dict(_SHORT_16_TAIL, chip_tail=True, chip_chunked=False, elems_per_thread=32,
-                         chip_maxnreg=56, window_overrides=dict(
-                             _SHORT_16_TAIL["window_overrides"], chip_maxnreg=0))),
-    (2, 1280, 1536, dict(_SHORT_16_TAIL, chip_tail=True, chip_chunked=False, elems_per_thread=32)),
+    (2, 1024, 1280, dict(_ALIGNED_16_1K_TAIL, chip_maxnreg=56, window_overrides=dict(
+        _SHORT_16_TAIL["window_overrides"], chip_maxnreg=0))),
+    (2, 1280, 1536, _ALIGNED_16_1K_TAIL),
     (2, 1536, 2048, _SHORT_16),
     # ... windows of 2049-3072 on chip as 3 x 1024 in one warp: registers capped at 128, so an
     # SM holds 16 such warps, not 12 (bf16 took 163; H200, medians of 3: bf16 2,047 / 2,501 at
