@@ -274,7 +274,7 @@ def test_cli_check_passes_a_correct_kernel(tmp_path, monkeypatch, capsys) -> Non
 
 
 @pytest.mark.parametrize("argv,words", [
-    (["check", "no_such_module_xyz:f", "--op", "softmax"], "importing no_such_module_xyz failed"),
+    (["check", "no_such_module_xyz:f", "--op", "softmax"], "no module no_such_module_xyz in the current folder"),
     (["check", f"{GALLERY}:nope", "--op", "softmax"], "has no attribute 'nope'"),
     (["check", "missing_colon", "--op", "softmax"], "must look like package.module:function"),
     (["check", f"{GALLERY}:correct_online", "--op", "softmax", "--skip", "accuracy"], "needs a reason"),
@@ -285,6 +285,23 @@ def test_cli_usage_errors_exit_2_with_one_line(argv, words, capsys) -> None:
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert words in err and len(err.splitlines()) == 1 and "Traceback" not in err
+
+
+def test_cli_finds_a_module_of_the_current_folder_as_python_m_does(tmp_path, monkeypatch,
+                                                                  capsys) -> None:
+    (tmp_path / "my_kernels.py").write_text("import torch\n"
+                                            "def sm(x):\n"
+                                            "    return torch.softmax(x.float(), -1).to(x.dtype)\n")
+    (tmp_path / "needs_more.py").write_text("import no_such_dependency_xyz\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    code = main(["check", "my_kernels:sm", "--op", "softmax", "--fully-masked", "nan",
+                 "--dtypes", "float32", "--max-examples", "3", "--seed", "0", "-q"])
+    assert code == 0 and "PASSED" in capsys.readouterr().out
+    # a module that is found but fails to import names what it lacks, not the target
+    assert main(["check", "needs_more:f", "--op", "softmax"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "No module named 'no_such_dependency_xyz'" in err and "current folder" not in err
 
 
 def test_cli_rejects_a_bad_flag_value_with_exit_2(capsys) -> None:

@@ -225,6 +225,15 @@ def test_a_missing_mask_keyword_suggests_the_flag() -> None:
         check_attention(no_mask, **FAST)
 
 
+def test_a_missing_scale_keyword_is_a_usage_error_not_eleven_failures() -> None:
+    def no_scale(q, k, v, *, mask=None, causal=False):
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask,
+                                                                is_causal=causal)
+
+    with pytest.raises(UsageError, match=r"takes no 'scale' keyword.*--convention"):
+        check_attention(no_scale, **FAST)
+
+
 def test_an_in_place_write_shows_the_changed_elements() -> None:
     def writes_input(x):
         y = torch.softmax(x.float(), -1).to(x.dtype)

@@ -184,6 +184,12 @@ def _check_keywords(fn: Callable[..., Any], domain: Domain) -> None:
             name = getattr(fn, "__name__", repr(fn))
             raise UsageError(f"{name} takes no {keyword!r} keyword, but the domain includes "
                              f"{keyword}s; declare it with {flag} ({api} in the API)")
+    if accepts_keyword(fn, "scale") is False:  # the contract passes it on every call
+        name = getattr(fn, "__name__", repr(fn))
+        raise UsageError(f"{name} takes no 'scale' keyword, which onlinesm's calling convention "
+                         "passes on every call (scale=None: 1/sqrt(D)); add scale=None to its "
+                         "signature, or name its convention with --convention sdpa, flash_attn "
+                         "or xformers (convention= in the API)")
 
 
 # ---------------------------------------------------------------------------------------------

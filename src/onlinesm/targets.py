@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import os
 import sys
 import types
 from pathlib import Path
@@ -38,9 +39,18 @@ def load_target(target: str) -> Callable[..., Any]:
             sys.path.insert(0, str(path.resolve().parent))
             spec.loader.exec_module(module)
         else:
+            _with_current_folder()
             module = importlib.import_module(module_part)
     except TargetError:
         raise
+    except ModuleNotFoundError as err:
+        missing = err.name or ""
+        if module_part == missing or module_part.startswith(missing + "."):  # the target itself
+            raise TargetError(f"target {target!r}: no module {missing} in the current folder or on "
+                              "sys.path; name a file as path/to/file.py:function, or install the "
+                              "package that holds it") from None
+        raise TargetError(f"target {target!r}: importing {module_part} failed: "
+                          f"ModuleNotFoundError: {err}") from None
     except SystemExit as err:  # an exit at import time: nothing could be tested
         raise TargetError(f"target {target!r}: importing {module_part} called sys.exit({err.code!r}); "
                           "nothing could be tested") from None
@@ -60,3 +70,11 @@ def load_target(target: str) -> Callable[..., Any]:
     if not callable(obj):
         raise TargetError(f"target {target!r}: {attr} is a {type(obj).__name__}, not a function")
     return obj
+
+
+def _with_current_folder() -> None:
+    """Put the current folder first on sys.path, as ``python -m`` does, so that
+    ``onlinesm check mymodule:fn`` finds ./mymodule.py whichever way onlinesm was started."""
+    here = os.getcwd()
+    if "" not in sys.path and here not in sys.path:
+        sys.path.insert(0, here)
