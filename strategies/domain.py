@@ -26,7 +26,7 @@ from typing import Any
 from ._validate import InvalidArgument, check_dtype
 
 __all__ = ["DomainSpec", "RECOMMENDED_DOMAIN", "LEGACY_DOMAIN", "default_domain", "read_domain",
-           "seq_bounds", "fit_seq", "domain_families"]
+           "seq_bounds", "fit_seq", "len_bounds", "fit_len", "domain_families"]
 
 #: The recommended defaults, field = value (the fields of ``onlinesm.declarations.Domain``).
 #: Real attention kernels use D = 128 and key tiles of 64/128/256: Sk reaches 300 (two whole
@@ -42,6 +42,7 @@ RECOMMENDED_DOMAIN: dict[str, Any] = dict(
     min_len=1,
     max_len=8193,
     max_rows=16,
+    len_multiple=1,
     head_dims=(16, 64, 128),
     max_batch=2,
     max_heads=4,
@@ -62,8 +63,10 @@ LEGACY_DOMAIN: dict[str, Any] = dict(
     RECOMMENDED_DOMAIN, max_len=1024, max_rows=8, head_dims=(16, 32, 64), max_seq_q=64,
     max_seq_k=96)
 
-_INT_FIELDS = ("min_len", "max_len", "max_rows", "max_batch", "max_heads", "min_seq_q",
-               "max_seq_q", "min_seq_k", "max_seq_k", "seq_multiple")
+_INT_FIELDS = ("min_len", "max_len", "max_rows", "len_multiple", "max_batch", "max_heads",
+               "min_seq_q", "max_seq_q", "min_seq_k", "max_seq_k", "seq_multiple")
+#: Fields added since the first release: an object without one reads as its default.
+_OPTIONAL_FIELDS = {"len_multiple": 1}
 _BOOL_FIELDS = ("allow_nonfinite", "allow_mask", "allow_causal", "allow_gqa", "same_seq")
 
 
@@ -83,6 +86,7 @@ class DomainSpec:
     min_len: int = RECOMMENDED_DOMAIN["min_len"]
     max_len: int = RECOMMENDED_DOMAIN["max_len"]
     max_rows: int = RECOMMENDED_DOMAIN["max_rows"]
+    len_multiple: int = RECOMMENDED_DOMAIN["len_multiple"]
     head_dims: tuple[int, ...] = RECOMMENDED_DOMAIN["head_dims"]
     max_batch: int = RECOMMENDED_DOMAIN["max_batch"]
     max_heads: int = RECOMMENDED_DOMAIN["max_heads"]
@@ -126,6 +130,7 @@ class DomainSpec:
         for name in _BOOL_FIELDS:
             if not isinstance(getattr(self, name), bool):
                 raise InvalidArgument(f"domain.{name}={getattr(self, name)!r} must be True or False")
+        len_bounds(self)  # some row length is a multiple of len_multiple
 
 
 _FIELDS = tuple(f.name for f in dataclasses.fields(DomainSpec))
@@ -153,13 +158,13 @@ def read_domain(domain: Any) -> DomainSpec:
         return default_domain()
     if isinstance(domain, DomainSpec):
         return domain
-    missing = [f for f in _FIELDS if not hasattr(domain, f)]
+    missing = [f for f in _FIELDS if not hasattr(domain, f) and f not in _OPTIONAL_FIELDS]
     if missing:
         raise InvalidArgument(
             f"domain={domain!r} lacks the attribute(s) {missing}; pass an "
             "onlinesm.declarations.Domain, onlinesm.strategies.default_domain(...), or any "
             f"object with the attributes {', '.join(_FIELDS)}")
-    values = {f: getattr(domain, f) for f in _FIELDS}
+    values = {f: getattr(domain, f, _OPTIONAL_FIELDS.get(f)) for f in _FIELDS}
     for f in ("dtypes", "head_dims"):
         values[f] = tuple(values[f])
     return DomainSpec(**values)
@@ -207,3 +212,31 @@ def fit_seq(domain: DomainSpec, which: str, n: int, *, at_least: int = 1) -> int
     if lo > hi:
         return None
     return min(max(n // m * m, lo), hi)
+
+
+def len_bounds(domain: DomainSpec) -> tuple[int, int]:
+    """(shortest, longest) softmax row length: the multiples of ``len_multiple`` in
+    ``min_len..max_len``; InvalidArgument when there is none.
+
+    >>> len_bounds(default_domain(len_multiple=128))
+    (128, 8192)
+    """
+    m = domain.len_multiple
+    lo, hi = math.ceil(domain.min_len / m) * m, domain.max_len // m * m
+    if lo > hi:
+        raise InvalidArgument(f"domain.len_multiple={m}: no row length in min_len={domain.min_len}"
+                              f"..max_len={domain.max_len} is a multiple of it; raise max_len to "
+                              f"{lo} or more")
+    return lo, hi
+
+
+def fit_len(domain: DomainSpec, n: int) -> int:
+    """The allowed row length at or just above ``n``, clipped into the domain: rounded up to a
+    multiple of ``len_multiple``, so that a length one past a tile stays past one.
+
+    >>> fit_len(default_domain(len_multiple=128), 1025), fit_len(default_domain(), 1025)
+    (1152, 1025)
+    """
+    lo, hi = len_bounds(domain)
+    m = domain.len_multiple
+    return min(max(math.ceil(n / m) * m, lo), hi)

@@ -38,7 +38,7 @@ from hypothesis import strategies as st
 
 from ._validate import InvalidArgument, check_dtype
 from .attention import ATTENTION_FAMILIES, AttentionCase, attention_strategy, generate_attention
-from .domain import DomainSpec, fit_seq, read_domain
+from .domain import DomainSpec, fit_len, fit_seq, read_domain
 from .families import DEFAULT_FAMILIES, OPT_IN_FAMILIES, SOFTMAX_FAMILIES, generate_row
 from .shapes import LEADING_RUNS, SHAPE_RULES, ShapeRule, family_excluded, family_shape
 from .softmax import SoftmaxCase, softmax_cases
@@ -160,6 +160,8 @@ def explicit_softmax_batches(dtype: Any, domain: Any) -> list[SoftmaxCase]:
       whose masked run is exactly one 1024 tile and the largest whole tile below the length
       (a kernel whose 1024-wide tile goes NaN when fully masked is caught).
 
+    Under ``len_multiple`` each length is rounded up to a multiple of it (1025 -> 1152 for
+    128: one tile past 1024) and clipped into the domain; a length met twice is kept once.
     Rows are generated in order from ``numpy.random.default_rng(0)``; a batch holds at most
     ``max_rows`` rows (more rows: several batches, the same rows in the same order).
 
@@ -174,9 +176,10 @@ def explicit_softmax_batches(dtype: Any, domain: Any) -> list[SoftmaxCase]:
         return []
     rng = np.random.default_rng(0)
     out: list[SoftmaxCase] = []
-    base = sorted({int(np.clip(n, d.min_len, d.max_len)) for n in SOFTMAX_BASE_LENGTHS})
-    wide = [n for n in SOFTMAX_TILE_LENGTHS if d.max_len > 1024 and d.min_len <= n <= d.max_len
-            and n not in base]
+    base = sorted({fit_len(d, n) for n in SOFTMAX_BASE_LENGTHS})
+    wide = list(dict.fromkeys(fit_len(d, n) for n in SOFTMAX_TILE_LENGTHS  # in order, once
+                              if d.max_len > 1024 and d.min_len <= n <= d.max_len))
+    wide = [n for n in wide if n not in base]
     for length in base + wide:
         # the gaussian row at scale 1, the typical row: the random draws cover other scales
         rows = [generate_row(f, length, fmt, rng, scale=1.0 if f == "gaussian" else None)
@@ -195,8 +198,8 @@ def explicit_softmax_batches(dtype: Any, domain: Any) -> list[SoftmaxCase]:
 
 
 def softmax_strategy(dtype: Any, domain: Any) -> st.SearchStrategy[SoftmaxCase]:
-    """:func:`softmax_cases` of ``dtype`` inside ``domain``: ``min_len..max_len`` columns,
-    up to ``max_rows`` rows, the domain's softmax families (None: the defaults, plus
+    """:func:`softmax_cases` of ``dtype`` inside ``domain``: ``min_len..max_len`` columns
+    (multiples of ``len_multiple``), up to ``max_rows`` rows, the domain's softmax families (None: the defaults, plus
     nonfinite when ``allow_nonfinite``).
 
     >>> from onlinesm.strategies import default_domain
@@ -210,7 +213,7 @@ def softmax_strategy(dtype: Any, domain: Any) -> st.SearchStrategy[SoftmaxCase]:
         raise InvalidArgument(f"domain.families={list(d.families or ())!r} names no softmax "
                               f"family; add some of: {', '.join(SOFTMAX_FAMILIES)}")
     return softmax_cases(dtype=dtype, min_len=d.min_len, max_len=d.max_len,
-                         max_rows=d.max_rows, families=names,
+                         max_rows=d.max_rows, families=names, len_multiple=d.len_multiple,
                          allow_nonfinite=d.allow_nonfinite or bool(names and "nonfinite" in names))
 
 

@@ -197,6 +197,7 @@ def softmax_cases(
     max_rows: int = 8,
     families: Sequence[str] | None = None,
     allow_nonfinite: bool = False,
+    len_multiple: int = 1,
 ) -> st.SearchStrategy[SoftmaxCase]:
     """Like :func:`softmax_rows`, but each example is a :class:`SoftmaxCase` that also says
     which family (and recipe) made each row: what check and report engines need to attribute a
@@ -213,6 +214,7 @@ def softmax_cases(
     check_int("min_rows", min_rows, min_value=1, max_value=_MAX_ROWS)
     check_int("max_rows", max_rows, min_value=1, max_value=_MAX_ROWS)
     check_int_range("min_rows", min_rows, "max_rows", max_rows)
+    check_int("len_multiple", len_multiple, min_value=1, max_value=MAX_LENGTH)
     allow_nonfinite = check_bool("allow_nonfinite", allow_nonfinite)
     default = DEFAULT_FAMILIES + (OPT_IN_FAMILIES if allow_nonfinite else ())
     fams = check_families("families", families, SOFTMAX_FAMILIES, default=default)
@@ -228,8 +230,23 @@ def softmax_cases(
         )
     # Families that need long rows to keep their promise (masked prefix > 64) get them.
     need = min(preferred_min_length(f) for f in fams)
-    lengths = row_lengths(min_len=max(min_len, min(need, max_len)), max_len=max_len)
+    lengths = _lengths(max(min_len, min(need, max_len)), min_len, max_len, len_multiple)
     return _softmax_cases(fmt, lengths, min_rows, max_rows, fams)
+
+
+def _lengths(preferred: int, min_len: int, max_len: int, m: int) -> st.SearchStrategy[int]:
+    """Row lengths from ``preferred`` (or ``min_len`` when no multiple of ``m`` is that long)
+    to ``max_len``, multiples of ``m``: ``m`` times a length drawn as any other, so they
+    cluster at whole powers of two of tiles and one tile either side."""
+    if m == 1:
+        return row_lengths(min_len=preferred, max_len=max_len)
+    lo, hi = -(-preferred // m), max_len // m
+    if lo > hi:
+        lo = -(-min_len // m)
+    if lo > hi:
+        raise InvalidArgument(f"len_multiple={m}: no row length in min_len={min_len}..max_len="
+                              f"{max_len} is a multiple of it; raise max_len to {lo * m} or more")
+    return row_lengths(min_len=lo, max_len=hi).map(lambda k: k * m)
 
 
 def softmax_rows(
@@ -241,6 +258,7 @@ def softmax_rows(
     max_rows: int = 8,
     families: Sequence[str] | None = None,
     allow_nonfinite: bool = False,
+    len_multiple: int = 1,
 ) -> st.SearchStrategy[np.ndarray]:
     """2-D arrays of adversarial softmax rows: ``min_rows..max_rows`` rows of one length.
 
@@ -249,7 +267,9 @@ def softmax_rows(
     ``"nonfinite"``, which ``allow_nonfinite=True`` adds); lengths cluster at and around powers
     of two and tile sizes (±1), and reach 65,536 and beyond when ``max_len`` allows. When every
     selected family needs long rows (a masked prefix longer than 64 needs 66), shorter lengths
-    are skipped if ``max_len`` allows.
+    are skipped if ``max_len`` allows. ``len_multiple=128``: every length a multiple of 128
+    (a kernel that tiles rows by 128 and refuses the rest), clustered at whole powers of two of
+    tiles and one tile either side.
 
     Why: ``randn`` rows never contain a masked tile, values below a -1e30 sentinel, a max that
     grows at every tile, or exps that mostly underflow; kernels break on exactly those.
@@ -267,8 +287,8 @@ def softmax_rows(
     Shrinks towards one row of ``min_len`` from the first family listed, seed 0, scale 1.
     """
     return softmax_cases(dtype=dtype, min_len=min_len, max_len=max_len, min_rows=min_rows,
-                         max_rows=max_rows, families=families,
-                         allow_nonfinite=allow_nonfinite).map(lambda case: case.x)
+                         max_rows=max_rows, families=families, allow_nonfinite=allow_nonfinite,
+                         len_multiple=len_multiple).map(lambda case: case.x)
 
 
 def _family_strategy(family: str) -> Callable[..., st.SearchStrategy[np.ndarray]]:

@@ -109,6 +109,77 @@ def test_seq_multiple_is_honoured() -> None:
     assert all(o.examples > 0 for o in result.outcomes)
 
 
+def tile_multiple_softmax(x):
+    if x.shape[-1] % 128:
+        raise ValueError(f"N must be a multiple of 128, got {x.shape[-1]}")
+    return torch.softmax(x.float(), -1).to(x.dtype)
+
+
+def tile_multiple_sentinel_softmax(x):
+    """Tiles of 128 and the running max started at -1e30: rows below it come out as zeros."""
+    if x.shape[-1] % 128:
+        raise ValueError(f"N must be a multiple of 128, got {x.shape[-1]}")
+    xf = x.float()
+    m = torch.maximum(xf.amax(-1, keepdim=True), torch.tensor(-1e30))
+    e = torch.exp(xf - m)
+    return (e / e.sum(-1, keepdim=True)).nan_to_num(0.0).to(x.dtype)
+
+
+def test_len_multiple_draws_only_rows_the_kernel_takes(capsys) -> None:
+    opts = dict(dtypes=["bfloat16"], fully_masked="nan", max_len=2048, **FAST)
+    result = check_softmax(tile_multiple_softmax, len_multiple=128, **opts)
+    assert result.passed, result.report()
+    assert all(o.rejected == 0 for o in result.outcomes)
+    assert all(o.examples > 1 for o in result.outcomes), result.table()  # fully_masked too
+    buggy = check_softmax(tile_multiple_sentinel_softmax, len_multiple=128, **opts)
+    assert not buggy.passed
+    for failure in buggy.failures:  # reduced to rows the kernel takes, never to its refusal
+        assert "must be a multiple of 128" not in failure.message, failure.message
+        assert failure.inputs["x"].shape[-1] % 128 == 0, failure.message
+    assert main(["check", f"{__file__}:tile_multiple_softmax", "--op", "softmax",
+                 "--len-multiple", "128", "--max-len", "1024", "--dtypes", "float16",
+                 "--fully-masked", "nan", "--properties", "accuracy", "--max-examples", "3",
+                 "--seed", "0", "-q"]) == 0
+
+
+def long_rows_sentinel_softmax(x):
+    if x.shape[-1] < 100:
+        raise ValueError(f"rows of at least 100, got {x.shape[-1]}")
+    return tile_multiple_sentinel_softmax(torch.nn.functional.pad(x, (0, -x.shape[-1] % 128),
+                                                                  value=float("-inf")))[..., :x.shape[-1]]
+
+
+def test_the_minimiser_keeps_rows_inside_the_domain() -> None:
+    result = check_softmax(long_rows_sentinel_softmax, min_len=100, max_len=600,
+                           dtypes=["float32"], properties=["accuracy", "row_sum"],
+                           **dict(FAST, max_examples=10, save_failures=True))
+    assert not result.passed
+    for failure in result.failures:
+        assert "rows of at least 100" not in failure.message, failure.message
+        assert failure.inputs["x"].shape[-1] >= 100, failure.message
+
+
+@pytest.mark.parametrize("kernel,words", [
+    (tile_multiple_softmax, "it runs on a row of 128: if the kernel takes only rows a multiple "
+                            "of 128 long, declare it with --len-multiple 128"),
+    ("fa_like", "it runs with Sq = Sk = 128 and head dims [64, 128]: if the kernel takes only "
+                "such shapes, declare them with --seq-multiple 128 --head-dims 64,128 "
+                "--max-seq-q 128"),
+])
+def test_a_kernel_that_refuses_the_first_input_is_told_the_shapes_it_runs(kernel, words) -> None:
+    if kernel == "fa_like":
+        def kernel(q, k, v, *, mask=None, causal=False, scale=None):
+            if q.shape[-1] not in (64, 128) or q.shape[2] % 128 or k.shape[2] % 128:
+                raise RuntimeError("No available kernel: head dim 64/128, S % 128 == 0")
+            return _sdpa(q, k, v, mask=mask, causal=causal, scale=scale)
+        run = check_attention
+    else:
+        run = check_softmax
+    with pytest.raises(UsageError, match="nothing could be tested") as err:
+        run(kernel, dtypes=["float32"], **FAST)
+    assert words in str(err.value), str(err.value)
+
+
 # ---------------------------------------------------------------------------------------------
 # 3. Declared refusals: rejected and counted, never a failure; undeclared ones still fail
 

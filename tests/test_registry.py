@@ -39,6 +39,7 @@ DOMAINS: dict[str, dict[str, Any]] = {
     "gqa_same_seq_multiple16": dict(allow_gqa=True, same_seq=True, seq_multiple=16,
                                     max_seq_q=128, max_seq_k=128),
     "small": dict(max_seq_q=8, max_seq_k=8, max_len=50, max_rows=3, max_batch=1, max_heads=1),
+    "rows_of_128": dict(len_multiple=128, min_len=100, max_len=3000),
 }
 
 
@@ -66,7 +67,7 @@ def assert_attention_inside(case: Any, d: Any) -> None:
 
 def assert_softmax_inside(case: Any, d: Any) -> None:
     rows, n = case.x.shape
-    assert d.min_len <= n <= d.max_len, case
+    assert d.min_len <= n <= d.max_len and n % d.len_multiple == 0, case
     assert 1 <= rows <= d.max_rows, case
     if not d.allow_nonfinite:
         assert not np.isnan(case.x.astype(np.float64)).any(), case
@@ -182,6 +183,19 @@ def test_duck_typed_domains() -> None:
         read_domain(types.SimpleNamespace(**{k: v for k, v in fields.items() if k != "seq_multiple"}))
     with pytest.raises(InvalidArgument, match="default_domain"):
         default_domain(max_seqk=3)
+    # a field added since the first release reads as its default where an object lacks it
+    older = types.SimpleNamespace(**{k: v for k, v in fields.items() if k != "len_multiple"})
+    assert read_domain(older).len_multiple == 1
+
+
+def test_rows_a_multiple_of_a_tile_keep_the_tile_lengths_one_tile_past() -> None:
+    d = default_domain(len_multiple=128)
+    widths = [b.x.shape[1] for b in explicit_softmax_batches("float32", d)]
+    # 130 -> 256, 1000 and 1023 -> 1024; one past 1024, 2048, 4096 -> one tile past; 8193 -> 8192
+    assert sorted(set(widths)) == [256, 1024, 1152, 2176, 4224, 8192]
+    with pytest.raises(InvalidArgument, match=r"len_multiple=128: no row length in min_len=1"
+                                              r"\.\.max_len=100 .* raise max_len to 128"):
+        default_domain(len_multiple=128, max_len=100)
 
 
 def _first_visible(mask: np.ndarray) -> set[int]:

@@ -87,6 +87,10 @@ def test_sample_fits_the_domain_or_is_na() -> None:
     assert s.attention_shape[3] == 512 and s.attention_shape[4] == 128
     assert "causal" not in s.attention_families
     assert isinstance(fit_settings("softmax", Domain(max_len=100), thorough=False), str)
+    tiles = fit_settings("attention", Domain(seq_multiple=128, max_seq_q=128), thorough=False)
+    assert not isinstance(tiles, str) and tiles.attention_shape[2:4] == (128, 2048)  # Sq 64 -> 128
+    rows = fit_settings("softmax", Domain(len_multiple=384, max_len=1000), thorough=False)
+    assert not isinstance(rows, str) and rows.softmax_length == 768
     r = onlinesm.check_softmax(reference.softmax_offline, max_len=100, dtypes=("float32",),
                                **dict(FAST, max_examples=2))
     [o] = [o for o in r.outcomes if o.property == "accuracy_statistical"]

@@ -330,7 +330,8 @@ def _tuple(value: Any) -> tuple[Any, ...] | None:
 class Domain(_JsonRecord):
     """The inputs a kernel supports: everything a check generates lies inside it.
 
-    Softmax: ``min_len``..``max_len`` columns, up to ``max_rows`` rows. Attention: head dims
+    Softmax: ``min_len``..``max_len`` columns, multiples of ``len_multiple``, up to ``max_rows``
+    rows. Attention: head dims
     ``head_dims``, up to ``max_batch`` x ``max_heads``, ``min_seq_q``..``max_seq_q`` queries
     and ``min_seq_k``..``max_seq_k`` keys, lengths a multiple of ``seq_multiple``,
     ``same_seq`` (Sq == Sk only), ``allow_mask``, ``allow_causal``, ``allow_gqa``. Both: the
@@ -355,6 +356,7 @@ class Domain(_JsonRecord):
     min_len: int = 1
     max_len: int = 8193
     max_rows: int = 16
+    len_multiple: int = 1  # a kernel that tiles rows by 128 and refuses the rest: 128
     # attention: D = 128 (the most common head dim), keys past two 128-key tiles plus a ragged
     # tail (Sk up to 300: leading masked runs of 64, 128 and 256 keys, exactly and +-1)
     head_dims: tuple[int, ...] = (16, 64, 128)
@@ -386,8 +388,8 @@ class Domain(_JsonRecord):
         if not dims or min(dims) < 1:
             raise ValueError(f"head_dims={self.head_dims!r} must be positive integers, e.g. 64,128")
         object.__setattr__(self, "head_dims", dims)
-        for name in ("min_len", "max_len", "max_rows", "max_batch", "max_heads", "min_seq_q",
-                     "max_seq_q", "min_seq_k", "max_seq_k", "seq_multiple"):
+        for name in ("min_len", "max_len", "max_rows", "len_multiple", "max_batch", "max_heads",
+                     "min_seq_q", "max_seq_q", "min_seq_k", "max_seq_k", "seq_multiple"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ValueError(f"{name}={value!r} must be at least 1")
@@ -395,6 +397,11 @@ class Domain(_JsonRecord):
             if getattr(self, lo) > getattr(self, hi):
                 raise ValueError(f"{lo}={getattr(self, lo)} is above {hi}={getattr(self, hi)}; "
                                  f"need {lo} <= {hi}")
+        m = self.len_multiple
+        if -(-self.min_len // m) * m > self.max_len:
+            raise ValueError(f"len_multiple={m}: no row length in min_len={self.min_len}.."
+                             f"max_len={self.max_len} is a multiple of it; raise max_len to "
+                             f"{-(-self.min_len // m) * m} or more")
         for name in ("allow_nonfinite", "allow_mask", "allow_causal", "allow_gqa", "same_seq"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name}={getattr(self, name)!r} must be True or False")

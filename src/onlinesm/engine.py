@@ -94,7 +94,8 @@ _ALTERNATIVES: dict[str, tuple[Any, ...]] = {
 def simplest_input(op: str, domain: Domain) -> Any:
     """The simplest input inside ``domain``: its first dtype, short lengths, no mask.
 
-    Softmax: one row ``[0, 1, 2, 3, ...]`` of ``max(4, min_len)`` columns (at most max_len).
+    Softmax: one row ``[0, 1, 2, 3, ...]`` of ``max(4, min_len)`` columns, rounded up to a
+    multiple of ``len_multiple`` (at most max_len).
     Attention: B = H = 1, the smallest declared head dim, Sq = Sk = the smallest length the
     domain allows (a multiple of ``seq_multiple``, at least 4 where allowed), no mask.
 
@@ -103,7 +104,9 @@ def simplest_input(op: str, domain: Domain) -> Any:
     """
     fmt = resolve(domain.dtypes[0])
     if op == "softmax":
-        n = min(max(4, domain.min_len), domain.max_len)
+        m = domain.len_multiple
+        n = -(-max(4, domain.min_len) // m) * m  # round up to the multiple
+        n = n if n <= domain.max_len else max(domain.min_len, domain.max_len // m * m)
         return fmt.round((np.arange(n) % 8).astype(np.float64))[None, :]
     step = domain.seq_multiple
 
@@ -142,7 +145,8 @@ def first_call(kernel: Kernel, op: str, domain: Domain) -> None:
         if err.kind in _TESTABLE or err.kind == "refused":
             return  # it runs (the properties report the breach) or refuses: both testable
         raise UsageError(f"nothing could be tested: {err}"
-                         + _other_dtypes_hint(kernel, op, domain, err)) from None
+                         + (_other_dtypes_hint(kernel, op, domain, err)
+                            or _other_shapes_hint(kernel, op, domain, err))) from None
     if not np.all(np.isfinite(out.astype(np.float64))):
         raise UsageError(f"nothing could be tested: {kernel.name} returned non-finite values for "
                          f"{what}")
@@ -173,6 +177,55 @@ def _other_dtypes_hint(kernel: Kernel, op: str, domain: Domain, err: KernelError
     return (f"; it runs on {names}: check only those with --dtypes {names} (dtypes= in the "
             f"API), or declare the refusal with --unsupported '{refusal}' (unsupported= in the "
             "API) so that other dtypes count it as refused, not as a failure")
+
+
+#: Tile sizes real kernels require of a row length or of Sq and Sk, and their head dims
+_ROW_TILES, _SEQ_TILES, _HEAD_DIMS = (16, 32, 64, 128, 256), (16, 64, 128), (64, 128)
+
+
+def _other_shapes_hint(kernel: Kernel, op: str, domain: Domain, err: KernelError) -> str:
+    """When the kernel raised on the simplest input of every dtype but runs on a longer one (a
+    kernel that tiles rows by 128, or takes head dims 64 and 128 only): the flags that declare
+    its shapes, as a sentence to append. Tries a few tile sizes in the first dtype only.
+    """
+    if err.kind != "raised":
+        return ""
+    for tile in _ROW_TILES if op == "softmax" else _SEQ_TILES:
+        if op == "softmax":
+            if tile <= domain.min_len:
+                continue
+            longest = max(domain.max_len, tile)
+            trial = dataclasses.replace(domain, min_len=tile, max_len=longest, len_multiple=tile)
+            if _runs(kernel, op, trial):
+                wider = f" --max-len {longest}" if longest > domain.max_len else ""
+                return (f"; it runs on a row of {tile}: if the kernel takes only rows a multiple "
+                        f"of {tile} long, declare it with --len-multiple {tile}{wider} "
+                        f"(len_multiple= in the API), or --min-len {tile}{wider} if it takes "
+                        f"every length from {tile} on")
+            continue
+        longest_q, longest_k = max(domain.max_seq_q, tile), max(domain.max_seq_k, tile)
+        trial = dataclasses.replace(domain, seq_multiple=tile, min_seq_q=tile, min_seq_k=tile,
+                                    max_seq_q=longest_q, max_seq_k=longest_k)
+        dims = sorted(set(domain.head_dims) | set(_HEAD_DIMS))
+        runs = [d for d in dims if _runs(kernel, op, dataclasses.replace(trial, head_dims=(d,)))]
+        if runs:
+            flags = (f"--seq-multiple {tile}"
+                     + (f" --head-dims {','.join(map(str, runs))}" if runs != dims else "")
+                     + (f" --max-seq-q {longest_q}" if longest_q > domain.max_seq_q else "")
+                     + (f" --max-seq-k {longest_k}" if longest_k > domain.max_seq_k else ""))
+            return (f"; it runs with Sq = Sk = {tile} and head dims {runs}: if the kernel takes "
+                    f"only such shapes, declare them with {flags} (the keywords of the same names "
+                    "in the API)")
+    return ""
+
+
+def _runs(kernel: Kernel, op: str, domain: Domain) -> bool:
+    """Whether the kernel runs on the simplest input of ``domain``."""
+    try:
+        _call(kernel, op, simplest_input(op, domain))
+    except (KernelError, UsageError):
+        return False
+    return True
 
 
 def _check_keywords(fn: Callable[..., Any], domain: Domain) -> None:
@@ -218,7 +271,8 @@ def _inside(case: Any, op: str, domain: Domain) -> bool:
     """Whether a generated case lies inside the declared domain (the generators promise it;
     this guard keeps a case that a newer generator rule lets through from reaching the kernel)."""
     if op == "softmax":
-        return domain.min_len <= case.x.shape[-1] <= domain.max_len
+        n = case.x.shape[-1]
+        return domain.min_len <= n <= domain.max_len and n % domain.len_multiple == 0
     sq, sk, d = case.q.shape[2], case.k.shape[2], case.q.shape[3]
     m = domain.seq_multiple
     return (d in domain.head_dims and domain.min_seq_q <= sq <= domain.max_seq_q
@@ -438,7 +492,8 @@ def _convention_hint(kernel: Kernel, prop: Callable[..., None], inp: Any, conv: 
 
 
 def _outcome(kernel: Kernel, op: str, prop_name: str, prop: Callable[..., None], dtype: str,
-             conv: Conventions, tally: _Tally, state: _RunState, options: RunOptions) -> PropertyOutcome:
+             conv: Conventions, tally: _Tally, state: _RunState, options: RunOptions,
+             domain: Domain) -> PropertyOutcome:
     """The verdict of one (property, dtype) run, its failure minimised and saved."""
     tested = tally.examples - tally.rejected - tally.untested
     out = PropertyOutcome(prop_name, dtype, "passed", max(tested, 0), rejected=tally.rejected,
@@ -466,7 +521,8 @@ def _outcome(kernel: Kernel, op: str, prop_name: str, prop: Callable[..., None],
         first.also.append(f"{prop_name} [{dtype}]")
         out.reason = f"the same breach as {first.property} [{first.dtype}]"
         return out
-    small, message, path = shrink_and_save(kernel, op, prop_name, conv, inputs, err, directory=directory)
+    small, message, path = shrink_and_save(kernel, op, prop_name, conv, inputs, err,
+                                           directory=directory, domain=domain)
     if isinstance(err, KernelError) and err.kind == "hung":
         state.hung = err.what or "an input"
     state.hung = state.hung or kernel.hung  # a hang while minimising also ends the run
@@ -559,7 +615,8 @@ def _run(fn: Callable[..., Any], op: str, conventions: Conventions, domain: Doma
             tally = _run_given(strategy, lambda c, p=prop: _in_domain(c, op, domain) and p(kernel, unpack(c), conv),
                                examples=explicit, options=options,
                                database=_db_path(kernel, op, prop_name, dtype) if options.database else None)
-            outcome = _outcome(kernel, op, prop_name, prop, dtype, conv, tally, state, options)
+            outcome = _outcome(kernel, op, prop_name, prop, dtype, conv, tally, state, options,
+                               domain)
             outcome.seconds = time.monotonic() - start
             extra = f", {tally.rejected} rejected" if tally.rejected else ""
             say(f"{prop_name:<18} {dtype:<9} {outcome.status:<7} {outcome.examples:>4} examples{extra} "

@@ -29,13 +29,19 @@ __all__ = ["shrink_and_save"]
 
 def shrink_and_save(kernel: Kernel, op: str, prop: str, conv: Conventions, inputs: dict[str, Any],
                     err: BaseException | None, *, directory: Path | None,
-                    budget: dict[str, Any] | None = None) -> tuple[dict[str, Any], str, str | None]:
+                    budget: dict[str, Any] | None = None,
+                    domain: Any = None) -> tuple[dict[str, Any], str, str | None]:
     """(the reduced inputs, the failure message on them, the saved file or None).
 
     ``inputs`` is ``{"x": rows}`` for softmax, or the fields of an
     :class:`~onlinesm.harness.AttentionInputs` for attention; ``err`` the failure seen on them
     (its ``worst_row`` guides the minimiser). ``directory=None`` saves nothing; ``budget``
-    passes ``max_calls`` / ``max_seconds`` to the minimiser.
+    passes ``max_calls`` / ``max_seconds`` to the minimiser; ``domain`` (its ``min_len`` and
+    ``len_multiple``) keeps every reduced row one the kernel takes.
+
+    A reduced input still fails only the way ``err`` did: a property failure by a property
+    failure, a broken call contract by the same breach (a kernel that refuses rows shorter
+    than it takes is not the bug being reduced); ``err=None`` takes either.
     """
     check = (SOFTMAX_PROPERTIES if op == "softmax" else ATTENTION_PROPERTIES)[prop]
     message = str(err) if err is not None else ""
@@ -48,11 +54,17 @@ def shrink_and_save(kernel: Kernel, op: str, prop: str, conv: Conventions, input
                 return False  # the kernel can no longer be called: keep what we have
             try:
                 check(kernel, candidate, conv)
-            except (PropertyFailure, KernelError):
-                return kernel.hung is None
+            except PropertyFailure:
+                return kernel.hung is None and not isinstance(err, KernelError)
+            except KernelError as now:
+                return kernel.hung is None and (err is None or (isinstance(err, KernelError)
+                                                                and now.kind == err.kind))
             return False
 
-        small = minimise_rows(x, fails, worst_row=getattr(err, "worst_row", None), **(budget or {}))
+        lengths = {} if domain is None else {"min_len": domain.min_len,
+                                             "len_multiple": domain.len_multiple}
+        small = minimise_rows(x, fails, worst_row=getattr(err, "worst_row", None),
+                              **(budget or {}), **lengths)
         if kernel.hung is None:
             try:
                 check(kernel, small, conv)

@@ -7,6 +7,8 @@ while the property keeps failing (docs/conventions.md):
 1. keep the one failing row (the property names it; else try each row alone);
 2. cut its length: remove chunks, halving their size (delta debugging), trying chunks that hold
    no special entry (the max, -inf, NaN) first, so the entries that trigger the bug stay;
+   never below the domain's ``min_len``, and in chunks of ``len_multiple``, so that every
+   candidate is an input the kernel declared it takes;
 3. simplify the values: replace entries with 0 or round them to small integers, in bulk.
 
 Every candidate keeps the input's dtype, so the printed row is a real input of that dtype.
@@ -52,11 +54,15 @@ def minimise_rows(
     worst_row: int | None = None,
     max_calls: int = 120,
     max_seconds: float = 60.0,
+    min_len: int = 1,
+    len_multiple: int = 1,
 ) -> np.ndarray:
     """The smallest 2-D input (one row if possible) on which ``fails`` still holds.
 
     ``fails(candidate)`` runs the property and returns True when it is still falsified; any
     exception it raises counts as "does not fail" (a different bug is not the one we chase).
+    Rows stay at least ``min_len`` long, and a length that is a multiple of ``len_multiple``
+    stays one.
     """
     budget = _Budget(max_calls, max_seconds)
 
@@ -78,21 +84,22 @@ def minimise_rows(
                 best = best[r : r + 1]
                 break
     # 2. shorter: remove chunks, plain ones (no max, -inf, NaN) first
-    chunk = best.shape[-1] // 2
-    while chunk >= 1 and best.shape[-1] > 1:
+    m = len_multiple
+    chunk = best.shape[-1] // 2 // m * m
+    while chunk >= m and best.shape[-1] > max(1, min_len):
         removed = False
         special = _special(best[0]) if best.shape[0] == 1 else np.zeros(best.shape[-1], bool)
         starts = list(range(0, best.shape[-1], chunk))
         starts.sort(key=lambda s: bool(special[s : s + chunk].any()))
         for s in starts:
-            if best.shape[-1] - chunk < 1:
+            if best.shape[-1] - chunk < max(1, min_len):
                 break
             cand = np.concatenate([best[..., :s], best[..., s + chunk :]], axis=-1)
             if cand.shape[-1] >= 1 and still(cand):
                 best, removed = cand, True
                 break
         if not removed:
-            chunk //= 2
+            chunk = chunk // 2 // m * m
         if budget.calls <= 0:
             break
     # 3. simpler values: zeros, then integers, for the finite non-special entries

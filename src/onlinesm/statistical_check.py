@@ -61,6 +61,8 @@ def fit_settings(op: str, domain: Domain, *, thorough: bool) -> Settings | str:
         n = base.softmax_length
         cap = _limit(domain, "max_len")
         n = min(n, cap) if cap is not None else n
+        m = domain.len_multiple
+        n = max(n // m * m, -(-domain.min_len // m) * m)  # inside min_len..max_len, a multiple
         if n < MIN_SOFTMAX_LENGTH:
             return (f"the domain allows rows of <= {n} columns; the statistical tier needs "
                     f">= {MIN_SOFTMAX_LENGTH} (declare --max-len)")
@@ -74,7 +76,10 @@ def fit_settings(op: str, domain: Domain, *, thorough: bool) -> Settings | str:
     sk = min(sk, cap_k) if cap_k is not None else sk
     if domain.same_seq:  # Sq == Sk: every key is also a query; cap the cost at 512 queries
         sq = sk = min(sk, cap_q if cap_q is not None else 512)
-    sq, sk = sq // m * m, sk // m * m
+    # the multiple of m at or below each length; m itself where that is 0 and the caps allow it
+    # (a kernel of 128-row tiles gets Sq = 128 where the sample holds 64 queries)
+    sq, sk = (n // m * m or (m if cap is None or m <= cap else 0)
+              for n, cap in ((sq, cap_q), (sk, cap_k)))
     if sk < MIN_SEQ_K:
         return (f"the domain allows Sk <= {sk}; the statistical tier needs Sk >= {MIN_SEQ_K} "
                 "(declare --max-seq-k)")
