@@ -149,3 +149,71 @@ def test_validator_catches_mistakes():
     problems = validate(doc)
     assert any("schema" in p for p in problems) and any("missing key 'kind'" in p for p in problems)
     assert encode([float("inf"), float("nan"), np.float32(1.5)]) == ["inf", "nan", 1.5]
+
+
+TILED = '''
+import torch
+
+def tiled_softmax(x):
+    if x.shape[-1] % 128:
+        raise ValueError(f"N must be a multiple of 128, got {x.shape[-1]}")
+    return torch.softmax(x.float(), dim=-1).to(x.dtype)
+
+def tiled_attention(q, k, v, *, mask=None, causal=False, scale=None):
+    if q.shape[2] % 64 or k.shape[2] % 64:
+        raise RuntimeError("No available kernel: S % 64 != 0")
+    return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask,
+                                                            is_causal=causal, scale=scale)
+'''
+
+
+def test_a_kernel_of_tiles_is_reported_on_its_tiles_only(tmp_path, capsys):
+    (tmp_path / "tiled.py").write_text(TILED)
+    target, out = f"{tmp_path / 'tiled.py'}:tiled_softmax", tmp_path / "r"
+    small = ["--dtypes", "bfloat16", "--seeds", "1", "--rows", "2", "--families",
+             "gaussian,masked_prefix", "--fully-masked", "nan", "--no-plots", "--quiet"]
+    # undeclared: the first call fails, and the flag that fits is named
+    assert main(["report", target, "--op", "softmax", "--out", str(out), *small]) == 2
+    assert "declare it with --len-multiple 128" in capsys.readouterr().err
+    assert not out.exists()
+    # declared: the default lengths rounded up to whole tiles, every case a multiple of 128
+    assert main(["report", target, "--op", "softmax", "--out", str(out), "--len-multiple", "128",
+                 *small]) == 0
+    doc = json.loads((out / "summary.json").read_text())
+    assert doc["settings"]["lengths"] == [128, 256, 384, 1024, 1152, 4224]  # 16 ... 4097 rounded up
+    assert {s["family"] for s in doc["stats"]} == {"gaussian", "masked_prefix"}
+    assert all(s["errors"] == 0 and s["cases"] == 6 for s in doc["stats"])  # one seed, 6 lengths
+    assert "declared domain: len_multiple=128" in (out / "index.md").read_text()
+    # declared, but the grid given holds no whole tile: nothing tested, exit 2, nothing written
+    capsys.readouterr()
+    assert main(["report", target, "--op", "softmax", "--out", str(tmp_path / "r2"),
+                 "--len-multiple", "128", "--lengths", "100,300", *small]) == 2
+    assert "no row length of the report's grid (100, 300)" in capsys.readouterr().err
+    # attention: a grid of key lengths outside the tile is nothing tested, not a pass
+    attn = f"{tmp_path / 'tiled.py'}:tiled_attention"
+    assert main(["report", attn, "--op", "attention", "--out", str(tmp_path / "r3"),
+                 "--seq-multiple", "64", "--seqs", "16,40", "--dtypes", "float32", "--seeds",
+                 "1", "--attention-families", "gaussian", "--no-fa3", "--no-plots",
+                 "--quiet"]) == 2
+    assert "nothing could be tested: no case of the report's grid" in capsys.readouterr().err
+    assert not (tmp_path / "r3").exists()
+
+
+def test_the_report_holds_a_table_kernel_to_its_declared_domain(tmp_path, monkeypatch, capsys):
+    (tmp_path / ".git").mkdir()  # the search for pyproject.toml stops here
+    (tmp_path / "tiled.py").write_text(TILED + '''
+
+def half_only(x):
+    if x.dtype not in (torch.bfloat16, torch.float16):
+        raise TypeError(f"only 16-bit, got {x.dtype}")
+    return torch.softmax(x.float(), dim=-1).to(x.dtype)
+''')
+    (tmp_path / "pyproject.toml").write_text(
+        '[tool.onlinesm.kernels.half]\ntarget = "tiled.py:half_only"\nop = "softmax"\n'
+        'fully-masked = "nan"\ndtypes = ["bfloat16"]\nmax-len = 100\n')
+    monkeypatch.chdir(tmp_path)
+    assert main(["report", "--out", "r", "--lengths", "16,300", "--dtypes", "float32,bfloat16",
+                 "--seeds", "1", "--rows", "2", "--families", "gaussian", "--no-fa3",
+                 "--no-plots", "--quiet"]) == 0, capsys.readouterr().err
+    doc = json.loads((tmp_path / "r" / "summary.json").read_text())
+    assert [(v["kernel"], v["dtype"], v["cases"]) for v in doc["verdicts"]] == [("half", "bfloat16", 1)]

@@ -53,7 +53,7 @@ from onlinesm.harness import AttentionInputs, Kernel, KernelError, accepts_keywo
 from onlinesm.properties import ATTENTION_PROPERTIES, SOFTMAX_PROPERTIES, PropertyFailure, Untested
 from onlinesm.results import CheckResult, Failure, PropertyOutcome
 
-__all__ = ["run_check", "simplest_input", "first_call", "STATE_DIR"]
+__all__ = ["run_check", "simplest_input", "first_call", "inside", "STATE_DIR"]
 
 #: Settings profiles, derived from Hypothesis's defaults rather than from whatever profile the
 #: user's test run loaded, so a seeded onlinesm run draws the same examples everywhere.
@@ -133,8 +133,9 @@ def _call(kernel: Kernel, op: str, inp: Any) -> np.ndarray:
     return kernel.softmax(inp) if op == "softmax" else kernel.attention(inp)[0]
 
 
-def first_call(kernel: Kernel, op: str, domain: Domain) -> None:
-    """Call the kernel on :func:`simplest_input`; UsageError when nothing could be tested."""
+def first_call(kernel: Kernel, op: str, domain: Domain, *, command: str = "check") -> None:
+    """Call the kernel on :func:`simplest_input`; UsageError when nothing could be tested, with
+    the flags of ``command`` ("check" or "report") under which the kernel runs, if any."""
     inp = simplest_input(op, domain)
     what = (f"the simplest input ({resolve(domain.dtypes[0]).name}, "
             + (f"shape {list(inp.shape)})" if op == "softmax" else
@@ -146,7 +147,7 @@ def first_call(kernel: Kernel, op: str, domain: Domain) -> None:
             return  # it runs (the properties report the breach) or refuses: both testable
         raise UsageError(f"nothing could be tested: {err}"
                          + (_other_dtypes_hint(kernel, op, domain, err)
-                            or _other_shapes_hint(kernel, op, domain, err))) from None
+                            or _other_shapes_hint(kernel, op, domain, err, command))) from None
     if not np.all(np.isfinite(out.astype(np.float64))):
         raise UsageError(f"nothing could be tested: {kernel.name} returned non-finite values for "
                          f"{what}")
@@ -183,10 +184,12 @@ def _other_dtypes_hint(kernel: Kernel, op: str, domain: Domain, err: KernelError
 _ROW_TILES, _SEQ_TILES, _HEAD_DIMS = (16, 32, 64, 128, 256), (16, 64, 128), (64, 128)
 
 
-def _other_shapes_hint(kernel: Kernel, op: str, domain: Domain, err: KernelError) -> str:
+def _other_shapes_hint(kernel: Kernel, op: str, domain: Domain, err: KernelError,
+                       command: str = "check") -> str:
     """When the kernel raised on the simplest input of every dtype but runs on a longer one (a
-    kernel that tiles rows by 128, or takes head dims 64 and 128 only): the flags that declare
-    its shapes, as a sentence to append. Tries a few tile sizes in the first dtype only.
+    kernel that tiles rows by 128, or takes head dims 64 and 128 only): the flags of
+    ``command`` that declare its shapes, as a sentence to append. Tries a few tile sizes in the
+    first dtype only.
     """
     if err.kind != "raised":
         return ""
@@ -198,6 +201,9 @@ def _other_shapes_hint(kernel: Kernel, op: str, domain: Domain, err: KernelError
             trial = dataclasses.replace(domain, min_len=tile, max_len=longest, len_multiple=tile)
             if _runs(kernel, op, trial):
                 wider = f" --max-len {longest}" if longest > domain.max_len else ""
+                if command == "report":  # its grid's lengths are rounded up to the tile
+                    return (f"; it runs on a row of {tile}: if the kernel takes only rows a "
+                            f"multiple of {tile} long, declare it with --len-multiple {tile}")
                 return (f"; it runs on a row of {tile}: if the kernel takes only rows a multiple "
                         f"of {tile} long, declare it with --len-multiple {tile}{wider} "
                         f"(len_multiple= in the API), or --min-len {tile}{wider} if it takes "
@@ -208,6 +214,10 @@ def _other_shapes_hint(kernel: Kernel, op: str, domain: Domain, err: KernelError
                                     max_seq_q=longest_q, max_seq_k=longest_k)
         dims = sorted(set(domain.head_dims) | set(_HEAD_DIMS))
         runs = [d for d in dims if _runs(kernel, op, dataclasses.replace(trial, head_dims=(d,)))]
+        if runs and command == "report":  # the grid's shapes come from --seqs and --head-dim
+            return (f"; it runs with Sq = Sk = {tile} and head dims {runs}: if the kernel takes "
+                    f"only such shapes, declare them with --seq-multiple {tile} --head-dim "
+                    f"{runs[0]}")
         if runs:
             flags = (f"--seq-multiple {tile}"
                      + (f" --head-dims {','.join(map(str, runs))}" if runs != dims else "")
@@ -270,9 +280,20 @@ def _explicit(op: str, dtype: str, domain: Domain) -> list[Any]:
 def _inside(case: Any, op: str, domain: Domain) -> bool:
     """Whether a generated case lies inside the declared domain (the generators promise it;
     this guard keeps a case that a newer generator rule lets through from reaching the kernel)."""
+    return inside(op, case.x if op == "softmax" else case, domain)
+
+
+def inside(op: str, inp: Any, domain: Domain) -> bool:
+    """Whether an input lies inside ``domain``'s shapes: softmax rows ``x`` (an array), or
+    attention inputs (anything with ``q``, ``k``, ``mask`` and ``causal``).
+
+    >>> inside("softmax", np.zeros((2, 100)), Domain(len_multiple=128))
+    False
+    """
     if op == "softmax":
-        n = case.x.shape[-1]
+        n = inp.shape[-1]
         return domain.min_len <= n <= domain.max_len and n % domain.len_multiple == 0
+    case = inp
     sq, sk, d = case.q.shape[2], case.k.shape[2], case.q.shape[3]
     m = domain.seq_multiple
     return (d in domain.head_dims and domain.min_seq_q <= sq <= domain.max_seq_q

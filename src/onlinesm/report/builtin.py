@@ -28,6 +28,7 @@ import dataclasses
 import importlib
 from typing import Any, Callable
 
+from onlinesm.declarations import Domain
 from onlinesm.properties import Conventions
 from onlinesm.tolerance import Numerics
 
@@ -35,6 +36,8 @@ __all__ = [
     "ReportKernel",
     "builtin_kernels",
     "user_kernel",
+    "declared_fields",
+    "declared_domain",
     "reference_softmax_offline",
     "reference_softmax_online_scalar",
     "reference_softmax_online_tiled",
@@ -52,7 +55,9 @@ class ReportKernel:
 
     ``max_len`` (softmax rows) and ``max_seq`` (attention Sq and Sk) cap the shapes it is
     given: the Triton interpreter is slow, so interpreted kernels get smaller shapes (the
-    report says so). ``p_input=True`` (kept for callers) is the same as declaring
+    report says so). ``domain``: what a user's kernel declares it takes (its dtypes, families,
+    lengths, tiles, masks); the grid's cases outside it are not run, as ``onlinesm check``
+    never generates them. ``p_input=True`` (kept for callers) is the same as declaring
     ``Numerics(p_dtype="input")``: P rounded to the input dtype, resolved per dtype by
     :meth:`~onlinesm.declarations.Numerics.for_dtype`.
     """
@@ -67,6 +72,7 @@ class ReportKernel:
     max_seq: int | None = None
     note: str = ""
     p_input: bool = False  # P rounded to the input dtype (resolved per dtype)
+    domain: Domain | None = None
 
     def __post_init__(self) -> None:
         if self.p_input:  # declared as a value: Numerics.for_dtype resolves it per dtype
@@ -258,7 +264,33 @@ def builtin_kernels(op: str, *, device: str, include_triton: bool = True,
 
 
 def user_kernel(target: str, fn: Callable[..., Any], op: str, conventions: Conventions, *,
-                backend: str | None = None, p_input: bool = False) -> ReportKernel:
-    """A user's TARGET as a :class:`ReportKernel`, with the conventions given on the CLI."""
+                backend: str | None = None, p_input: bool = False,
+                domain: Domain | None = None) -> ReportKernel:
+    """A user's TARGET as a :class:`ReportKernel`, with the conventions (and the domain) given
+    on the CLI or in its table."""
+    declared = declared_fields(domain) if domain is not None else {}
+    note = "user kernel" + ("; declared domain: " + ", ".join(f"{k}={v}" for k, v in declared.items())
+                            + " (the grid's cases outside it are not run)" if declared else "")
     return ReportKernel(target, op, fn, conventions, target=target, backend=backend,
-                        note="user kernel", p_input=p_input)
+                        note=note, p_input=p_input, domain=domain if declared else None)
+
+
+def declared_fields(domain: Domain) -> dict[str, Any]:
+    """The fields of ``domain`` that differ from ``Domain()``'s: what a kernel declared (the
+    record's other values are sizes for the check's draws, not limits of the kernel).
+
+    >>> declared_fields(Domain(len_multiple=128, dtypes="bf16"))
+    {'dtypes': ('bfloat16',), 'len_multiple': 128}
+    """
+    base = Domain()
+    return {f.name: getattr(domain, f.name) for f in dataclasses.fields(Domain)
+            if getattr(domain, f.name) != getattr(base, f.name)}
+
+
+def declared_domain(domain: Domain, head_dim: int) -> Domain:
+    """``domain`` with the limits it does not declare opened up (any length, the report's
+    ``head_dim``): the domain the report's grid is held to."""
+    declared = declared_fields(domain)
+    wide: dict[str, Any] = dict(min_len=1, max_len=2**31, min_seq_q=1, max_seq_q=2**31,
+                                min_seq_k=1, max_seq_k=2**31, head_dims=(head_dim,))
+    return dataclasses.replace(domain, **{k: v for k, v in wide.items() if k not in declared})

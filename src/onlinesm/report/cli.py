@@ -64,6 +64,10 @@ def add_parser(subparsers: Any) -> None:
                    help="report the built-in kernels even when a [tool.onlinesm] table exists")
 
 
+class _NothingTested(ValueError):
+    """No case of the grid reached some kernel (its declared domain excludes them all)."""
+
+
 def _error(message: str) -> int:
     print(f"onlinesm: error: {message}", file=sys.stderr)
     return 2
@@ -71,7 +75,8 @@ def _error(message: str) -> int:
 
 def _settings(args: argparse.Namespace, device: str) -> Any:
     from onlinesm.dtypes import resolve
-    from onlinesm.report.collect import THOROUGH_LENGTHS, THOROUGH_SEQS, Settings
+    from onlinesm.report.collect import (DEFAULT_LENGTHS, DEFAULT_SEQS, THOROUGH_LENGTHS,
+                                         THOROUGH_SEQS, Settings)
     from onlinesm.strategies import ATTENTION_FAMILIES, SOFTMAX_FAMILIES
 
     dtypes = tuple(resolve(d).name for d in (args.opt_dtypes or ["float32", "bfloat16", "float16"]))
@@ -106,6 +111,13 @@ def _settings(args: argparse.Namespace, device: str) -> Any:
         if min(args.seqs) < 1:
             raise ValueError(f"--seqs {args.seqs} must all be >= 1")
         kw["seqs"] = tuple(args.seqs)
+    # a declared tile: the grid's default lengths rounded up to it (key lengths to two tiles,
+    # as causal cases take Sq = Sk / 2); lengths given with --lengths / --seqs stay as given
+    rows, seqs = getattr(args, "opt_len_multiple", None), getattr(args, "opt_seq_multiple", None)
+    if rows and not args.lengths:
+        kw["lengths"] = tuple(sorted({-(-n // rows) * rows for n in kw.get("lengths", DEFAULT_LENGTHS)}))
+    if seqs and not args.seqs:
+        kw["seqs"] = tuple(sorted({-(-n // (2 * seqs)) * 2 * seqs for n in kw.get("seqs", DEFAULT_SEQS)}))
     seq = args.fa3_seq or (128 if device == "cpu" else 2048)
     kw["fa3_shape"] = (1, 2, seq, 64) if device == "cpu" else (1, 8, seq, 128)
     return Settings(**kw)
@@ -122,22 +134,41 @@ def _user_kernels(args: argparse.Namespace) -> list[Any]:
         kw.pop(key, None)
     if args.op == "attention":
         kw.setdefault("p_dtype", "input")
-    conv, _, _ = split_keywords(kw)
+    conv, domain, _ = split_keywords(kw)
     conv.numerics.exp_model()  # a clear error for a bad exp class, now rather than mid-run
-    return [user_kernel(t, load_target(t), args.op, conv, backend=args.opt_backend) for t in args.targets]
+    return [user_kernel(t, load_target(t), args.op, conv, backend=args.opt_backend, domain=domain)
+            for t in args.targets]
 
 
-def _smoke(rk: Any, device: str, dtypes: tuple[str, ...]) -> None:
-    """The check's first call (the simplest input inside the domain); ValueError when nothing
-    could be tested."""
+def _smoke(rk: Any, device: str, settings: Any) -> None:
+    """The check's first call (the simplest input inside the kernel's declared domain, in the
+    report's dtypes); ValueError when nothing could be tested, or when no case of the grid lies
+    inside the domain."""
+    import dataclasses
+
     from onlinesm.declarations import Domain
-    from onlinesm.engine import first_call
+    from onlinesm.engine import first_call, inside
     from onlinesm.errors import UsageError
     from onlinesm.harness import Kernel
+    from onlinesm.report.builtin import declared_domain
 
+    declared = rk.domain or Domain()
+    dtypes = tuple(d for d in settings.dtypes if d in declared.dtypes)
+    if not dtypes:
+        raise ValueError(f"{rk.name} declares dtypes {','.join(declared.dtypes)}, and the report "
+                         f"runs {','.join(settings.dtypes)}: choose --dtypes among the first")
+    held = declared_domain(dataclasses.replace(declared, dtypes=dtypes), settings.head_dim)
+    if rk.op == "softmax" and rk.domain is not None:
+        import numpy as np
+
+        if not any(inside("softmax", np.empty((1, n)), held) for n in settings.lengths):
+            raise ValueError(f"no row length of the report's grid ({', '.join(map(str, settings.lengths))}) "
+                             f"lies inside {rk.name}'s declared domain (len_multiple="
+                             f"{held.len_multiple}, {held.min_len}..{held.max_len}); choose "
+                             "them with --lengths")
     kernel = Kernel(rk.fn, op=rk.op, backend=rk.backend, device=device, name=rk.name)
     try:
-        first_call(kernel, rk.op, Domain(dtypes=dtypes))
+        first_call(kernel, rk.op, held, command="report")
     except UsageError as err:
         raise ValueError(str(err)) from None
 
@@ -186,11 +217,11 @@ def run(args: argparse.Namespace) -> int:
         if table_kernels is not None:
             kernels = table_kernels
             for rk in kernels:
-                _smoke(rk, device, settings.dtypes)
+                _smoke(rk, device, settings)
         elif args.targets:
             kernels = _user_kernels(args)
             for rk in kernels:
-                _smoke(rk, device, settings.dtypes)
+                _smoke(rk, device, settings)
         else:
             ops = [args.op] if args.op else ["softmax", "attention"]
             kernels = [k for op in ops for k in builtin_kernels(
@@ -207,10 +238,17 @@ def run(args: argparse.Namespace) -> int:
         with atomic_directory(out) as tmp:
             coll = collect(sm, at, settings, progress=progress,
                            counterexample_dir=tmp / "counterexamples", replay_dir=str(out))
+            untested = [rk.name for rk in kernels if not any(c.kernel == rk.name for c in coll.cases)]
+            if untested:  # a kernel no case reached passes nothing: no report, exit 2
+                raise _NothingTested(f"nothing could be tested: no case of the report's grid lies "
+                                     f"inside the declared domain of {', '.join(untested)}; choose "
+                                     "the grid with --lengths / --seqs / --head-dim")
             progress.say("writing the report" + ("" if args.no_plots else " and its plots"))
             write_report(coll, tmp, html=args.html, plots=not args.no_plots, command=command)
     except OSError as err:
         return _error(f"cannot write the report to {out}: {err}")
+    except _NothingTested as err:
+        return _error(str(err))
     from onlinesm.report.schema import report_summary
 
     doc = report_summary(coll)

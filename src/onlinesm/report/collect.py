@@ -40,7 +40,8 @@ import numpy as np
 from onlinesm.harness import AttentionInputs, Kernel, KernelError
 from onlinesm.metrics import ulp_error
 from onlinesm.properties import regular_rows
-from onlinesm.report.builtin import ReportKernel
+from onlinesm.engine import inside
+from onlinesm.report.builtin import ReportKernel, declared_domain
 
 __all__ = ["Settings", "CaseResult", "Collection", "collect", "Progress", "DEFAULT_LENGTHS",
            "THOROUGH_LENGTHS", "DEFAULT_SEQS", "THOROUGH_SEQS"]
@@ -369,7 +370,13 @@ def _collect(sm: list[ReportKernel], at: list[ReportKernel], settings: Settings,
             inputs_cache.clear()
             inputs_cache[key] = (_softmax_inputs if op == "softmax" else _attention_inputs)(
                 settings, dtype, family)
+        held = None if rk.domain is None else declared_domain(rk.domain, settings.head_dim)
+        if held is not None and (dtype not in held.dtypes
+                                 or (held.families is not None and family not in held.families)):
+            continue
         for length, seed, inp, exact in inputs_cache[key]:
+            if held is not None and not inside(op, inp, held):
+                continue  # outside what the kernel declares: `onlinesm check` never calls it so
             if op == "softmax":
                 if rk.max_len is not None and length > rk.max_len:
                     continue

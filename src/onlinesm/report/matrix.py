@@ -51,12 +51,14 @@ def matrix_kernels(args: argparse.Namespace) -> list[Any] | None:
 
 def _kernel(entry: Any, args: argparse.Namespace) -> Any:
     from onlinesm import adapters
-    from onlinesm.declarations import Conventions, Numerics, split_keywords
+    from onlinesm.declarations import Conventions, Domain, Numerics, split_keywords
     from onlinesm.options import keywords
     from onlinesm.report.builtin import user_kernel
     from onlinesm.targets import load_target
 
-    kw = {**entry.keywords, **keywords(args, "report")}
+    given = keywords(args, "report")
+    given.pop("dtypes", None)  # the report's --dtypes picks the grid's dtypes, not the kernel's
+    kw = {**entry.keywords, **given}
     fn = load_target(entry.target)
     chosen = {k: kw.pop(k) for k in _ADAPTER_KEYS if k in kw}
     if chosen:
@@ -64,11 +66,11 @@ def _kernel(entry: Any, args: argparse.Namespace) -> Any:
                             kwargs=chosen.get("fixed_kwargs"), mask_kind=chosen.get("mask_kind"),
                             sdpa_backend=chosen.get("sdpa_backend"), target=entry.target)
         kw = {**fn.implied, **kw}
-    own = {f.name for cls in (Conventions, Numerics) for f in dataclasses.fields(cls)}
+    own = {f.name for cls in (Conventions, Numerics, Domain) for f in dataclasses.fields(cls)}
     declared = {k: v for k, v in kw.items() if k in own}
     if entry.op == "attention":
         declared.setdefault("p_dtype", "input")
-    conv, _, _ = split_keywords(declared)
+    conv, domain, _ = split_keywords(declared)
     conv.numerics.exp_model()
-    rk = user_kernel(entry.target, fn, entry.op, conv, backend=kw.get("backend"))
+    rk = user_kernel(entry.target, fn, entry.op, conv, backend=kw.get("backend"), domain=domain)
     return dataclasses.replace(rk, name=entry.name) if dataclasses.is_dataclass(rk) else rk
