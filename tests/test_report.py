@@ -217,3 +217,19 @@ def half_only(x):
                  "--no-plots", "--quiet"]) == 0, capsys.readouterr().err
     doc = json.loads((tmp_path / "r" / "summary.json").read_text())
     assert [(v["kernel"], v["dtype"], v["cases"]) for v in doc["verdicts"]] == [("half", "bfloat16", 1)]
+
+
+def test_declared_refusals_are_counted_not_failed(tmp_path, capsys):
+    (tmp_path / "tiled.py").write_text(TILED)
+    out = tmp_path / "r"
+    argv = ["report", f"{tmp_path / 'tiled.py'}:tiled_softmax", "--op", "softmax", "--out",
+            str(out), "--lengths", "128,130", "--dtypes", "float32", "--seeds", "1", "--rows",
+            "2", "--families", "gaussian", "--fully-masked", "nan", "--min-len", "128", "--no-plots",
+            "--quiet"]
+    assert main(argv) == 1  # undeclared, the refusal of 130 is a broken call: FAIL
+    capsys.readouterr()
+    assert main(argv + ["--unsupported", "ValueError:multiple of 128"]) == 0
+    doc = json.loads((out / "summary.json").read_text())
+    [verdict] = doc["verdicts"]
+    assert verdict["status"] == "pass" and verdict["cases"] == 1 and verdict["refused"] == 1
+    assert ", refused 1 |" in (out / "index.md").read_text()

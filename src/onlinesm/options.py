@@ -161,7 +161,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("--no-causal", "allow_causal", "attention: the kernel has no causal mode", _CR, kind="flag", const=False),
     Option("--same-seq", "same_seq", "attention: the kernel needs Sq == Sk", _CR, kind="flag"),
     Option("--unsupported", "unsupported", "a declared refusal: inputs the kernel refuses with this "
-           "exception are outside its domain (repeatable)", (_C,), kind="append", parse=_refusal,
+           "exception are outside its domain (repeatable)", _CR, kind="append", parse=_refusal,
            metavar="ExceptionType:regex"),
     # conventions
     Option("--fully-masked", "fully_masked", "a row with no finite input / no visible key gives",

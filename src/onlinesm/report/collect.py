@@ -104,6 +104,7 @@ class CaseResult:
     error: str | None = None
     seq_q: int = 0
     inputs: Any = dataclasses.field(default=None, repr=False)  # kept for the counterexample
+    refused: bool = False  # a declared refusal: outside the kernel's domain, not a result
 
     @property
     def ok(self) -> bool:
@@ -125,6 +126,7 @@ class Collection:
     failures: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     fa3: dict[str, Any] | None = None
     seconds: float = 0.0
+    refused: dict[tuple[str, str, str], int] = dataclasses.field(default_factory=dict)
 
     @property
     def passed(self) -> bool:
@@ -230,7 +232,10 @@ def _called(res: CaseResult, call: Callable[[], Any]) -> Any:
     try:
         return call()
     except KernelError as err:
-        res.error = str(err)
+        if err.kind == "refused":
+            res.refused = True
+        else:
+            res.error = str(err)
         return None
 
 
@@ -358,7 +363,9 @@ def _collect(sm: list[ReportKernel], at: list[ReportKernel], settings: Settings,
     progress = progress or Progress(len(jobs) + fa3_steps, quiet=True)
     progress.total = max(len(jobs) + fa3_steps, 1)
     harness = {id(rk): Kernel(rk.fn, op=rk.op, backend=rk.backend, device=settings.device,
-                              name=rk.name, target=rk.target) for rk in sm + at}
+                              name=rk.name, target=rk.target,
+                              refusals=rk.domain.unsupported if rk.domain else ())
+               for rk in sm + at}
     inputs_cache: dict[tuple[str, str, str], list[Any]] = {}
     bounds: dict[Any, Any] = {}
     rng = np.random.default_rng(settings.seed)
@@ -387,6 +394,10 @@ def _collect(sm: list[ReportKernel], at: list[ReportKernel], settings: Settings,
                     continue
                 res = _attention_case(harness[id(rk)], rk, dtype, family, length, seed, inp,
                                       exact, coll, rng)
+            if res.refused:  # counted, as `onlinesm check` counts its rejections
+                where = (rk.name, op, dtype)
+                coll.refused[where] = coll.refused.get(where, 0) + 1
+                continue
             coll.cases.append(res)
     inputs_cache.clear()
     _summarise(coll)
@@ -440,6 +451,7 @@ def _summarise(coll: Collection) -> None:
             worst_family=worst["family"], failing_families=failing,
             max_ulp=max(s["max_ulp"] for s in ss),
             cases=sum(s["cases"] for s in ss), elements=sum(s["elements"] for s in ss),
+            refused=coll.refused.get((kernel, op, dtype), 0),
         ))
 
 

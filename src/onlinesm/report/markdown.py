@@ -54,7 +54,8 @@ def verdict_table(doc: dict[str, Any]) -> list[str]:
             status = "pass" if v["status"] == "pass" else "**FAIL**"
             use = "" if v["worst_bound_use"] is None else f" {fmt_num(v['worst_bound_use'])}"
             fam = f" ({v['worst_family']})" if v.get("worst_family") else ""
-            r.append(f"{status}{use}{fam}")
+            refused = f", refused {v['refused']}" if v.get("refused") else ""
+            r.append(f"{status}{use}{fam}{refused}")
         rows.append(r)
     return _table(["op", "kernel"] + dtypes, rows)
 
