@@ -159,25 +159,30 @@ def test_the_minimiser_keeps_rows_inside_the_domain() -> None:
         assert failure.inputs["x"].shape[-1] >= 100, failure.message
 
 
+def fa_like(q, k, v, *, mask=None, causal=False, scale=None):
+    """bf16 only, head dims 64 and 128, Sq and Sk in whole tiles of 128: FlashAttention's kind."""
+    if q.dtype != torch.bfloat16 or q.shape[-1] not in (64, 128) or q.shape[2] % 128 or k.shape[2] % 128:
+        raise RuntimeError("No available kernel: bf16, head dim 64/128, S % 128 == 0")
+    return _sdpa(q, k, v, mask=mask, causal=causal, scale=scale)
+
+
 @pytest.mark.parametrize("kernel,words", [
-    (tile_multiple_softmax, "it runs on a row of 128: if the kernel takes only rows a multiple "
-                            "of 128 long, declare it with --len-multiple 128"),
-    ("fa_like", "it runs with Sq = Sk = 128 and head dims [64, 128]: if the kernel takes only "
-                "such shapes, declare them with --seq-multiple 128 --head-dims 64,128 "
-                "--max-seq-q 128"),
+    (tile_multiple_softmax, "it runs on a row of 128: if the kernel takes only such inputs, "
+                            "declare them with --len-multiple 128"),
+    (fa_like, "it runs on Sq = Sk = 128 with head dims [64, 128] in bfloat16: if the kernel takes "
+              "only such inputs, declare them with --dtypes bfloat16 --seq-multiple 128 "
+              "--head-dims 64,128 --max-seq-q 128"),
 ])
 def test_a_kernel_that_refuses_the_first_input_is_told_the_shapes_it_runs(kernel, words) -> None:
-    if kernel == "fa_like":
-        def kernel(q, k, v, *, mask=None, causal=False, scale=None):
-            if q.shape[-1] not in (64, 128) or q.shape[2] % 128 or k.shape[2] % 128:
-                raise RuntimeError("No available kernel: head dim 64/128, S % 128 == 0")
-            return _sdpa(q, k, v, mask=mask, causal=causal, scale=scale)
-        run = check_attention
-    else:
-        run = check_softmax
+    run = check_softmax if kernel is tile_multiple_softmax else check_attention
     with pytest.raises(UsageError, match="nothing could be tested") as err:
-        run(kernel, dtypes=["float32"], **FAST)
+        run(kernel, **FAST)
     assert words in str(err.value), str(err.value)
+    if kernel is fa_like:  # the flags named make a check that runs, and passes
+        result = check_attention(fa_like, dtypes=["bfloat16"], seq_multiple=128,
+                                 head_dims=(64, 128), max_seq_q=128, properties=["accuracy"],
+                                 **FAST)
+        assert result.passed and result.outcomes[0].examples > 0, result.report()
 
 
 # ---------------------------------------------------------------------------------------------

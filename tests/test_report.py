@@ -174,7 +174,7 @@ def test_a_kernel_of_tiles_is_reported_on_its_tiles_only(tmp_path, capsys):
              "gaussian,masked_prefix", "--fully-masked", "nan", "--no-plots", "--quiet"]
     # undeclared: the first call fails, and the flag that fits is named
     assert main(["report", target, "--op", "softmax", "--out", str(out), *small]) == 2
-    assert "declare it with --len-multiple 128" in capsys.readouterr().err
+    assert "declare them with --len-multiple 128" in capsys.readouterr().err
     assert not out.exists()
     # declared: the default lengths rounded up to whole tiles, every case a multiple of 128
     assert main(["report", target, "--op", "softmax", "--out", str(out), "--len-multiple", "128",

@@ -186,13 +186,36 @@ _ROW_TILES, _SEQ_TILES, _HEAD_DIMS = (16, 32, 64, 128, 256), (16, 64, 128), (64,
 
 def _other_shapes_hint(kernel: Kernel, op: str, domain: Domain, err: KernelError,
                        command: str = "check") -> str:
-    """When the kernel raised on the simplest input of every dtype but runs on a longer one (a
-    kernel that tiles rows by 128, or takes head dims 64 and 128 only): the flags of
-    ``command`` that declare its shapes, as a sentence to append. Tries a few tile sizes in the
-    first dtype only.
+    """When the kernel raised on the simplest input but runs on a longer one, in some dtype (a
+    kernel that tiles rows by 128, or takes bf16 only with head dims 64 and 128): the flags of
+    ``command`` that declare its shapes (and dtypes), as a sentence to append.
+
+    Tries tiles of 16-256 per dtype, the smallest first; a few calls, in the error path only.
     """
     if err.kind != "raised":
         return ""
+    for dtype in domain.dtypes:
+        found = _runs_at_a_tile(kernel, op, dataclasses.replace(domain, dtypes=(dtype,)))
+        if found is None:
+            continue
+        trial, shape, flags, report_flags = found
+        dtypes = [d for d in domain.dtypes
+                  if d == dtype or _runs(kernel, op, dataclasses.replace(trial, dtypes=(d,)))]
+        if dtypes != list(domain.dtypes):
+            shape += f" in {','.join(dtypes)}"
+            flags = f"--dtypes {','.join(dtypes)} {flags}"
+            report_flags = f"--dtypes {','.join(dtypes)} {report_flags}"
+        if command == "report":
+            return (f"; it runs on {shape}: if the kernel takes only such inputs, declare them "
+                    f"with {report_flags}")
+        return (f"; it runs on {shape}: if the kernel takes only such inputs, declare them with "
+                f"{flags} (the keywords of the same names in the API)")
+    return ""
+
+
+def _runs_at_a_tile(kernel: Kernel, op: str, domain: Domain) -> tuple[Domain, str, str, str] | None:
+    """The smallest tile at which the kernel runs on the simplest input of ``domain``'s one
+    dtype: (that domain, the shape in words, the check's flags, the report's flags), or None."""
     for tile in _ROW_TILES if op == "softmax" else _SEQ_TILES:
         if op == "softmax":
             if tile <= domain.min_len:
@@ -201,32 +224,26 @@ def _other_shapes_hint(kernel: Kernel, op: str, domain: Domain, err: KernelError
             trial = dataclasses.replace(domain, min_len=tile, max_len=longest, len_multiple=tile)
             if _runs(kernel, op, trial):
                 wider = f" --max-len {longest}" if longest > domain.max_len else ""
-                if command == "report":  # its grid's lengths are rounded up to the tile
-                    return (f"; it runs on a row of {tile}: if the kernel takes only rows a "
-                            f"multiple of {tile} long, declare it with --len-multiple {tile}")
-                return (f"; it runs on a row of {tile}: if the kernel takes only rows a multiple "
-                        f"of {tile} long, declare it with --len-multiple {tile}{wider} "
-                        f"(len_multiple= in the API), or --min-len {tile}{wider} if it takes "
-                        f"every length from {tile} on")
+                # the report rounds its grid's lengths up to the tile
+                return (trial, f"a row of {tile}", f"--len-multiple {tile}{wider} (or --min-len "
+                        f"{tile}{wider} if it takes every length from {tile} on)",
+                        f"--len-multiple {tile}")
             continue
         longest_q, longest_k = max(domain.max_seq_q, tile), max(domain.max_seq_k, tile)
         trial = dataclasses.replace(domain, seq_multiple=tile, min_seq_q=tile, min_seq_k=tile,
                                     max_seq_q=longest_q, max_seq_k=longest_k)
         dims = sorted(set(domain.head_dims) | set(_HEAD_DIMS))
         runs = [d for d in dims if _runs(kernel, op, dataclasses.replace(trial, head_dims=(d,)))]
-        if runs and command == "report":  # the grid's shapes come from --seqs and --head-dim
-            return (f"; it runs with Sq = Sk = {tile} and head dims {runs}: if the kernel takes "
-                    f"only such shapes, declare them with --seq-multiple {tile} --head-dim "
-                    f"{runs[0]}")
         if runs:
             flags = (f"--seq-multiple {tile}"
                      + (f" --head-dims {','.join(map(str, runs))}" if runs != dims else "")
                      + (f" --max-seq-q {longest_q}" if longest_q > domain.max_seq_q else "")
                      + (f" --max-seq-k {longest_k}" if longest_k > domain.max_seq_k else ""))
-            return (f"; it runs with Sq = Sk = {tile} and head dims {runs}: if the kernel takes "
-                    f"only such shapes, declare them with {flags} (the keywords of the same names "
-                    "in the API)")
-    return ""
+            # the report's shapes come from --seqs and --head-dim
+            return (dataclasses.replace(trial, head_dims=(runs[0],)),
+                    f"Sq = Sk = {tile} with head dims {runs}", flags,
+                    f"--seq-multiple {tile} --head-dim {runs[0]}")
+    return None
 
 
 def _runs(kernel: Kernel, op: str, domain: Domain) -> bool:
