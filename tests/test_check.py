@@ -365,3 +365,43 @@ def test_an_input_with_nothing_to_check_is_untested_not_a_pass() -> None:
     with pytest.raises(PropertyFailure, match="one exact shift per row|softmax\\(x \\+"):
         SOFTMAX_PROPERTIES["shift_invariance"](Kernel(shift_breaks, op="softmax", backend="numpy"),
                                                mixed[1:], conv)
+
+
+def test_a_failure_is_reduced_only_while_it_fails_the_same_way(tmp_path) -> None:
+    # The kernel breaks past 300 columns (IndexError) and refuses shorter rows with another
+    # exception: the reduced input must still be the IndexError, not the refusal, and a
+    # property failure must stay a property failure.
+    from onlinesm.declarations import Conventions
+    from onlinesm.failures import shrink_and_save
+    from onlinesm.harness import Kernel, KernelError
+
+    def two_faults(x):
+        if x.shape[-1] < 300:
+            raise ValueError(f"rows of at least 300, got {x.shape[-1]}")
+        if x.shape[-1] > 300:
+            raise IndexError("tile index out of range")
+        return reference.softmax_offline(x)
+
+    k, conv = Kernel(two_faults, op="softmax", backend="numpy"), Conventions()
+    x = np.linspace(-3, 3, 2 * 400, dtype=np.float32).reshape(2, 400)
+    with pytest.raises(KernelError) as first:
+        k.softmax(x)
+    small, message, _ = shrink_and_save(k, "softmax", "accuracy", conv, {"x": x}, first.value,
+                                        directory=None)
+    assert small["x"].shape[-1] > 300 and "IndexError" in message, message
+
+    def sentinel_below_300_refuses(x):
+        if x.shape[-1] < 300:
+            raise ValueError(f"rows of at least 300, got {x.shape[-1]}")
+        return gallery.bug_sentinel_max(torch.from_numpy(x)).numpy()
+
+    torch = pytest.importorskip("torch")
+    k = Kernel(sentinel_below_300_refuses, op="softmax", backend="numpy")
+    rows = np.full((1, 400), -1e32, dtype=np.float32)  # below the -1e30 sentinel: all zeros
+    from onlinesm.properties import SOFTMAX_PROPERTIES, PropertyFailure
+
+    with pytest.raises(PropertyFailure) as failure:
+        SOFTMAX_PROPERTIES["accuracy"](k, rows, conv)
+    small, message, _ = shrink_and_save(k, "softmax", "accuracy", conv, {"x": rows},
+                                        failure.value, directory=None)
+    assert small["x"].shape[-1] >= 300 and "ValueError" not in message, message
