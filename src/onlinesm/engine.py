@@ -310,13 +310,12 @@ def inside(op: str, inp: Any, domain: Domain) -> bool:
     if op == "softmax":
         n = inp.shape[-1]
         return domain.min_len <= n <= domain.max_len and n % domain.len_multiple == 0
-    case = inp
-    sq, sk, d = case.q.shape[2], case.k.shape[2], case.q.shape[3]
+    sq, sk, d = inp.q.shape[2], inp.k.shape[2], inp.q.shape[3]
     m = domain.seq_multiple
     return (d in domain.head_dims and domain.min_seq_q <= sq <= domain.max_seq_q
             and domain.min_seq_k <= sk <= domain.max_seq_k and sq % m == 0 and sk % m == 0
-            and (sq == sk or not domain.same_seq) and (case.mask is None or domain.allow_mask)
-            and (not case.causal or domain.allow_causal))
+            and (sq == sk or not domain.same_seq) and (inp.mask is None or domain.allow_mask)
+            and (not inp.causal or domain.allow_causal))
 
 
 def _in_domain(case: Any, op: str, domain: Domain) -> bool:
