@@ -233,3 +233,23 @@ def test_declared_refusals_are_counted_not_failed(tmp_path, capsys):
     [verdict] = doc["verdicts"]
     assert verdict["status"] == "pass" and verdict["cases"] == 1 and verdict["refused"] == 1
     assert ", refused 1 |" in (out / "index.md").read_text()
+
+
+def test_each_table_kernel_runs_its_own_grid_of_tiles(tmp_path, monkeypatch, capsys):
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "tiled.py").write_text(TILED)
+    (tmp_path / "pyproject.toml").write_text(
+        '[tool.onlinesm.kernels.tiled]\ntarget = "tiled.py:tiled_softmax"\nop = "softmax"\n'
+        'fully-masked = "nan"\nlen-multiple = 128\n\n'
+        '[tool.onlinesm.kernels.plain]\ntarget = "onlinesm.report.builtin:torch_softmax"\n'
+        'op = "softmax"\nfully-masked = "nan"\n')
+    monkeypatch.chdir(tmp_path)
+    assert main(["report", "--out", "r", "--dtypes", "float32", "--seeds", "1", "--rows", "2",
+                 "--families", "gaussian", "--no-fa3", "--no-plots", "--quiet"]) == 0, \
+        capsys.readouterr().err
+    doc = json.loads((tmp_path / "r" / "summary.json").read_text())
+    cases = {v["kernel"]: v["cases"] for v in doc["verdicts"]}
+    # the default 16, 65, 129, 257, 1000, 1025, 4097 for plain; 128 ... 4224 for tiled
+    assert cases == {"tiled": 6, "plain": 7}, cases
+    assert doc["settings"]["lengths"] == [16, 65, 128, 129, 256, 257, 384, 1000, 1024, 1025,
+                                          1152, 4097, 4224]

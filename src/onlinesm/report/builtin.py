@@ -73,6 +73,9 @@ class ReportKernel:
     note: str = ""
     p_input: bool = False  # P rounded to the input dtype (resolved per dtype)
     domain: Domain | None = None
+    #: its own grid, where the tile it declares rounds the report's up (None: the report's)
+    lengths: tuple[int, ...] | None = None
+    seqs: tuple[int, ...] | None = None
 
     def __post_init__(self) -> None:
         if self.p_input:  # declared as a value: Numerics.for_dtype resolves it per dtype

@@ -75,8 +75,7 @@ def _error(message: str) -> int:
 
 def _settings(args: argparse.Namespace, device: str) -> Any:
     from onlinesm.dtypes import resolve
-    from onlinesm.report.collect import (DEFAULT_LENGTHS, DEFAULT_SEQS, THOROUGH_LENGTHS,
-                                         THOROUGH_SEQS, Settings)
+    from onlinesm.report.collect import THOROUGH_LENGTHS, THOROUGH_SEQS, Settings
     from onlinesm.strategies import ATTENTION_FAMILIES, SOFTMAX_FAMILIES
 
     dtypes = tuple(resolve(d).name for d in (args.opt_dtypes or ["float32", "bfloat16", "float16"]))
@@ -111,16 +110,31 @@ def _settings(args: argparse.Namespace, device: str) -> Any:
         if min(args.seqs) < 1:
             raise ValueError(f"--seqs {args.seqs} must all be >= 1")
         kw["seqs"] = tuple(args.seqs)
-    # a declared tile: the grid's default lengths rounded up to it (key lengths to two tiles,
-    # as causal cases take Sq = Sk / 2); lengths given with --lengths / --seqs stay as given
-    rows, seqs = getattr(args, "opt_len_multiple", None), getattr(args, "opt_seq_multiple", None)
-    if rows and not args.lengths:
-        kw["lengths"] = tuple(sorted({-(-n // rows) * rows for n in kw.get("lengths", DEFAULT_LENGTHS)}))
-    if seqs and not args.seqs:
-        kw["seqs"] = tuple(sorted({-(-n // (2 * seqs)) * 2 * seqs for n in kw.get("seqs", DEFAULT_SEQS)}))
     seq = args.fa3_seq or (128 if device == "cpu" else 2048)
     kw["fa3_shape"] = (1, 2, seq, 64) if device == "cpu" else (1, 8, seq, 128)
     return Settings(**kw)
+
+
+def _own_grids(kernels: list[Any], settings: Any, args: argparse.Namespace) -> Any:
+    """Each kernel's own grid where it declares a tile: the report's row lengths rounded up to
+    its ``len_multiple``, key lengths to two of its ``seq_multiple`` (causal cases take
+    Sq = Sk / 2); a grid given with --lengths / --seqs stays as given. Returns the settings
+    whose grid is the union of the kernels' (what the inputs are generated for)."""
+    import dataclasses
+
+    def up(values: tuple[int, ...], m: int) -> tuple[int, ...]:
+        return tuple(sorted({-(-n // m) * m for n in values}))
+
+    for rk in kernels:
+        rows = rk.domain.len_multiple if rk.domain is not None and not args.lengths else 1
+        keys = 2 * rk.domain.seq_multiple if rk.domain is not None and not args.seqs else 2
+        rk.lengths = up(settings.lengths, rows) if rows > 1 else settings.lengths
+        rk.seqs = up(settings.seqs, keys) if keys > 2 else settings.seqs
+    grids = {op: [getattr(rk, field) for rk in kernels if rk.op == op]
+             for op, field in (("softmax", "lengths"), ("attention", "seqs"))}
+    return dataclasses.replace(
+        settings, lengths=tuple(sorted(set().union(*grids["softmax"]))) or settings.lengths,
+        seqs=tuple(sorted(set().union(*grids["attention"]))) or settings.seqs)
 
 
 def _user_kernels(args: argparse.Namespace) -> list[Any]:
@@ -161,8 +175,9 @@ def _smoke(rk: Any, device: str, settings: Any) -> None:
     if rk.op == "softmax" and rk.domain is not None:
         import numpy as np
 
-        if not any(inside("softmax", np.empty((1, n)), held) for n in settings.lengths):
-            raise ValueError(f"no row length of the report's grid ({', '.join(map(str, settings.lengths))}) "
+        lengths = rk.lengths or settings.lengths
+        if not any(inside("softmax", np.empty((1, n)), held) for n in lengths):
+            raise ValueError(f"no row length of the report's grid ({', '.join(map(str, lengths))}) "
                              f"lies inside {rk.name}'s declared domain (len_multiple="
                              f"{held.len_multiple}, {held.min_len}..{held.max_len}); choose "
                              "them with --lengths")
@@ -214,12 +229,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         device = _select_device(args.opt_device)
         settings = _settings(args, device)
-        if table_kernels is not None:
-            kernels = table_kernels
-            for rk in kernels:
-                _smoke(rk, device, settings)
-        elif args.targets:
-            kernels = _user_kernels(args)
+        if table_kernels is not None or args.targets:
+            kernels = table_kernels if table_kernels is not None else _user_kernels(args)
+            settings = _own_grids(kernels, settings, args)
             for rk in kernels:
                 _smoke(rk, device, settings)
         else:

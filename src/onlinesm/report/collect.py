@@ -381,7 +381,10 @@ def _collect(sm: list[ReportKernel], at: list[ReportKernel], settings: Settings,
         if held is not None and (dtype not in held.dtypes
                                  or (held.families is not None and family not in held.families)):
             continue
+        own = rk.lengths if op == "softmax" else rk.seqs
         for length, seed, inp, exact in inputs_cache[key]:
+            if own is not None and length not in own:
+                continue  # another kernel's grid
             if held is not None and not inside(op, inp, held):
                 continue  # outside what the kernel declares: `onlinesm check` never calls it so
             if op == "softmax":
