@@ -171,7 +171,10 @@ def fa_like(q, k, v, *, mask=None, causal=False, scale=None):
                             "declare them with --len-multiple 128"),
     (fa_like, "it runs on Sq = Sk = 128 with head dims [64, 128] in bfloat16: if the kernel takes "
               "only such inputs, declare them with --dtypes bfloat16 --seq-multiple 128 "
-              "--head-dims 64,128 --max-seq-q 128"),
+              "--max-seq-q 128 --head-dims 64,128"),
+    (half_only_attention, "it runs on head dims [64, 128] in bfloat16,float16: if the kernel "
+                          "takes only such inputs, declare them with --dtypes bfloat16,float16 "
+                          "--head-dims 64,128"),
 ])
 def test_a_kernel_that_refuses_the_first_input_is_told_the_shapes_it_runs(kernel, words) -> None:
     run = check_softmax if kernel is tile_multiple_softmax else check_attention

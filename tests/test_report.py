@@ -253,3 +253,24 @@ def test_each_table_kernel_runs_its_own_grid_of_tiles(tmp_path, monkeypatch, cap
     assert cases == {"tiled": 6, "plain": 7}, cases
     assert doc["settings"]["lengths"] == [16, 65, 128, 129, 256, 257, 384, 1000, 1024, 1025,
                                           1152, 4097, 4224]
+
+
+def test_a_table_kernel_of_one_head_dim_gets_a_grid_of_it(tmp_path, monkeypatch, capsys):
+    (tmp_path / ".git").mkdir()
+    (tmp_path / "d128.py").write_text(
+        "import torch\n"
+        "def d128(q, k, v, *, mask=None, causal=False, scale=None):\n"
+        "    if q.shape[-1] != 128:\n"
+        "        raise RuntimeError('No available kernel: head dim 128 only')\n"
+        "    return torch.nn.functional.scaled_dot_product_attention(\n"
+        "        q, k, v, attn_mask=mask, is_causal=causal, scale=scale)\n")
+    (tmp_path / "pyproject.toml").write_text(
+        '[tool.onlinesm.kernels.d128]\ntarget = "d128.py:d128"\nop = "attention"\n'
+        'head-dims = [128]\n')
+    monkeypatch.chdir(tmp_path)
+    assert main(["report", "--out", "r", "--dtypes", "float32", "--seeds", "1", "--seqs", "16",
+                 "--attention-families", "gaussian", "--no-fa3", "--no-plots", "--quiet"]) == 0, \
+        capsys.readouterr().err
+    doc = json.loads((tmp_path / "r" / "summary.json").read_text())
+    assert [(v["kernel"], v["cases"]) for v in doc["verdicts"]] == [("d128", 1)]
+    assert "its grid's head dim: 128" in (tmp_path / "r" / "index.md").read_text()

@@ -181,7 +181,8 @@ def _other_dtypes_hint(kernel: Kernel, op: str, domain: Domain, err: KernelError
 
 
 #: Tile sizes real kernels require of a row length or of Sq and Sk, and their head dims
-_ROW_TILES, _SEQ_TILES, _HEAD_DIMS = (16, 32, 64, 128, 256), (16, 64, 128), (64, 128)
+#: (1: the simplest lengths, with other head dims only)
+_ROW_TILES, _SEQ_TILES, _HEAD_DIMS = (16, 32, 64, 128, 256), (1, 16, 64, 128), (64, 128)
 
 
 def _other_shapes_hint(kernel: Kernel, op: str, domain: Domain, err: KernelError,
@@ -230,19 +231,24 @@ def _runs_at_a_tile(kernel: Kernel, op: str, domain: Domain) -> tuple[Domain, st
                         f"--len-multiple {tile}")
             continue
         longest_q, longest_k = max(domain.max_seq_q, tile), max(domain.max_seq_k, tile)
-        trial = dataclasses.replace(domain, seq_multiple=tile, min_seq_q=tile, min_seq_k=tile,
-                                    max_seq_q=longest_q, max_seq_k=longest_k)
+        trial = domain if tile == 1 else dataclasses.replace(
+            domain, seq_multiple=tile, min_seq_q=tile, min_seq_k=tile, max_seq_q=longest_q,
+            max_seq_k=longest_k)
         dims = sorted(set(domain.head_dims) | set(_HEAD_DIMS))
         runs = [d for d in dims if _runs(kernel, op, dataclasses.replace(trial, head_dims=(d,)))]
         if runs:
-            flags = (f"--seq-multiple {tile}"
-                     + (f" --head-dims {','.join(map(str, runs))}" if runs != dims else "")
-                     + (f" --max-seq-q {longest_q}" if longest_q > domain.max_seq_q else "")
-                     + (f" --max-seq-k {longest_k}" if longest_k > domain.max_seq_k else ""))
+            seqs = "" if tile == 1 else (
+                f"--seq-multiple {tile}"
+                + (f" --max-seq-q {longest_q}" if longest_q > domain.max_seq_q else "")
+                + (f" --max-seq-k {longest_k}" if longest_k > domain.max_seq_k else ""))
+            head = f"--head-dims {','.join(map(str, runs))}" if runs != dims else ""
+            shape = (f"head dims {runs}" if tile == 1 else
+                     f"Sq = Sk = {tile} with head dims {runs}")
             # the report's shapes come from --seqs and --head-dim
-            return (dataclasses.replace(trial, head_dims=(runs[0],)),
-                    f"Sq = Sk = {tile} with head dims {runs}", flags,
-                    f"--seq-multiple {tile} --head-dim {runs[0]}")
+            report = " ".join(f for f in ("" if tile == 1 else f"--seq-multiple {tile}",
+                                          f"--head-dim {runs[0]}") if f)
+            return (dataclasses.replace(trial, head_dims=(runs[0],)), shape,
+                    " ".join(f for f in (seqs, head) if f), report)
     return None
 
 

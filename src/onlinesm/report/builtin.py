@@ -76,6 +76,7 @@ class ReportKernel:
     #: its own grid, where the tile it declares rounds the report's up (None: the report's)
     lengths: tuple[int, ...] | None = None
     seqs: tuple[int, ...] | None = None
+    head_dim: int | None = None  # attention: its own head dim (None: the report's)
 
     def __post_init__(self) -> None:
         if self.p_input:  # declared as a value: Numerics.for_dtype resolves it per dtype

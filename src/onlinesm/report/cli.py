@@ -48,7 +48,9 @@ def add_parser(subparsers: Any) -> None:
     p.add_argument("--rows", type=int, default=4, help="rows per softmax case [4]")
     p.add_argument("--families", type=_csv, help="only these softmax families")
     p.add_argument("--attention-families", type=_csv, help="only these attention families")
-    p.add_argument("--head-dim", type=int, default=64)
+    p.add_argument("--head-dim", type=int,
+                   help="attention head dim [64; a kernel that declares head dims without 64: "
+                        "the nearest of them]")
     p.add_argument("--heads", type=int, default=2)
     p.add_argument("--html", action="store_true", help="also write a self-contained index.html")
     p.add_argument("--no-triton", action="store_true", help="leave the Triton built-ins out")
@@ -91,14 +93,14 @@ def _settings(args: argparse.Namespace, device: str) -> Any:
                              f"from {', '.join(ATTENTION_FAMILIES)}")
     seeds = args.seeds if args.seeds is not None else (6 if args.thorough else 2)
     for name, value in (("--seeds", seeds), ("--rows", args.rows), ("--heads", args.heads),
-                        ("--head-dim", args.head_dim)):
+                        ("--head-dim", args.head_dim or 64)):
         if value < 1:
             raise ValueError(f"{name}={value} must be at least 1")
     kw: dict[str, Any] = dict(dtypes=dtypes, seeds=seeds, seed=args.seed, rows=args.rows,
                               families=tuple(args.families) if args.families else None,
                               attention_families=(tuple(args.attention_families)
                                                   if args.attention_families else None),
-                              heads=args.heads, head_dim=args.head_dim, device=device,
+                              heads=args.heads, head_dim=args.head_dim or 64, device=device,
                               fa3=not args.no_fa3)
     if args.thorough:
         kw.update(lengths=THOROUGH_LENGTHS, seqs=THOROUGH_SEQS, fa3_seeds=3)
@@ -118,14 +120,22 @@ def _settings(args: argparse.Namespace, device: str) -> Any:
 def _own_grids(kernels: list[Any], settings: Any, args: argparse.Namespace) -> Any:
     """Each kernel's own grid where it declares a tile: the report's row lengths rounded up to
     its ``len_multiple``, key lengths to two of its ``seq_multiple`` (causal cases take
-    Sq = Sk / 2); a grid given with --lengths / --seqs stays as given. Returns the settings
+    Sq = Sk / 2); a grid given with --lengths / --seqs stays as given; an attention kernel
+    whose declared head dims leave out the report's default takes the nearest of them. Returns
+    the settings
     whose grid is the union of the kernels' (what the inputs are generated for)."""
     import dataclasses
 
     def up(values: tuple[int, ...], m: int) -> tuple[int, ...]:
         return tuple(sorted({-(-n // m) * m for n in values}))
 
+    from onlinesm.report.builtin import declared_fields
+
     for rk in kernels:
+        dims = declared_fields(rk.domain).get("head_dims") if rk.domain is not None else None
+        if rk.op == "attention" and dims and args.head_dim is None and settings.head_dim not in dims:
+            rk.head_dim = min(dims, key=lambda d: (abs(d - settings.head_dim), d))
+            rk.note += f"; its grid's head dim: {rk.head_dim}"
         rows = rk.domain.len_multiple if rk.domain is not None and not args.lengths else 1
         keys = 2 * rk.domain.seq_multiple if rk.domain is not None and not args.seqs else 2
         rk.lengths = up(settings.lengths, rows) if rows > 1 else settings.lengths
@@ -171,7 +181,8 @@ def _smoke(rk: Any, device: str, settings: Any) -> None:
     if not dtypes:
         raise ValueError(f"{rk.name} declares dtypes {','.join(declared.dtypes)}, and the report "
                          f"runs {','.join(settings.dtypes)}: choose --dtypes among the first")
-    held = declared_domain(dataclasses.replace(declared, dtypes=dtypes), settings.head_dim)
+    held = declared_domain(dataclasses.replace(declared, dtypes=dtypes),
+                           rk.head_dim or settings.head_dim)
     if rk.op == "softmax" and rk.domain is not None:
         import numpy as np
 
