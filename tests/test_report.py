@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -199,23 +200,40 @@ def test_a_kernel_of_tiles_is_reported_on_its_tiles_only(tmp_path, capsys):
     assert not (tmp_path / "r3").exists()
 
 
-def test_the_report_holds_a_table_kernel_to_its_declared_domain(tmp_path, monkeypatch, capsys):
+def _table_report(tmp_path: Path, monkeypatch: Any, table: str, *args: str) -> dict:
+    """``onlinesm report`` on the kernels of a [tool.onlinesm] table in tmp_path (where
+    tiled.py holds TILED and HALF): its summary.json; asserts exit 0."""
     (tmp_path / ".git").mkdir()  # the search for pyproject.toml stops here
-    (tmp_path / "tiled.py").write_text(TILED + '''
+    (tmp_path / "tiled.py").write_text(TILED + HALF)
+    (tmp_path / "pyproject.toml").write_text(table)
+    monkeypatch.chdir(tmp_path)
+    code = main(["report", "--out", "r", "--seeds", "1", "--rows", "2", "--no-fa3", "--no-plots",
+                 "--quiet", *args])
+    assert code == 0
+    return json.loads((tmp_path / "r" / "summary.json").read_text())
+
+
+HALF = '''
 
 def half_only(x):
     if x.dtype not in (torch.bfloat16, torch.float16):
         raise TypeError(f"only 16-bit, got {x.dtype}")
     return torch.softmax(x.float(), dim=-1).to(x.dtype)
-''')
-    (tmp_path / "pyproject.toml").write_text(
+
+def d128(q, k, v, *, mask=None, causal=False, scale=None):
+    if q.shape[-1] != 128:
+        raise RuntimeError("No available kernel: head dim 128 only")
+    return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask,
+                                                            is_causal=causal, scale=scale)
+'''
+
+
+def test_the_report_holds_a_table_kernel_to_its_declared_domain(tmp_path, monkeypatch):
+    doc = _table_report(
+        tmp_path, monkeypatch,
         '[tool.onlinesm.kernels.half]\ntarget = "tiled.py:half_only"\nop = "softmax"\n'
-        'fully-masked = "nan"\ndtypes = ["bfloat16"]\nmax-len = 100\n')
-    monkeypatch.chdir(tmp_path)
-    assert main(["report", "--out", "r", "--lengths", "16,300", "--dtypes", "float32,bfloat16",
-                 "--seeds", "1", "--rows", "2", "--families", "gaussian", "--no-fa3",
-                 "--no-plots", "--quiet"]) == 0, capsys.readouterr().err
-    doc = json.loads((tmp_path / "r" / "summary.json").read_text())
+        'fully-masked = "nan"\ndtypes = ["bfloat16"]\nmax-len = 100\n',
+        "--lengths", "16,300", "--dtypes", "float32,bfloat16", "--families", "gaussian")
     assert [(v["kernel"], v["dtype"], v["cases"]) for v in doc["verdicts"]] == [("half", "bfloat16", 1)]
 
 
@@ -235,19 +253,14 @@ def test_declared_refusals_are_counted_not_failed(tmp_path, capsys):
     assert ", refused 1 |" in (out / "index.md").read_text()
 
 
-def test_each_table_kernel_runs_its_own_grid_of_tiles(tmp_path, monkeypatch, capsys):
-    (tmp_path / ".git").mkdir()
-    (tmp_path / "tiled.py").write_text(TILED)
-    (tmp_path / "pyproject.toml").write_text(
+def test_each_table_kernel_runs_its_own_grid_of_tiles(tmp_path, monkeypatch):
+    doc = _table_report(
+        tmp_path, monkeypatch,
         '[tool.onlinesm.kernels.tiled]\ntarget = "tiled.py:tiled_softmax"\nop = "softmax"\n'
         'fully-masked = "nan"\nlen-multiple = 128\n\n'
         '[tool.onlinesm.kernels.plain]\ntarget = "onlinesm.report.builtin:torch_softmax"\n'
-        'op = "softmax"\nfully-masked = "nan"\n')
-    monkeypatch.chdir(tmp_path)
-    assert main(["report", "--out", "r", "--dtypes", "float32", "--seeds", "1", "--rows", "2",
-                 "--families", "gaussian", "--no-fa3", "--no-plots", "--quiet"]) == 0, \
-        capsys.readouterr().err
-    doc = json.loads((tmp_path / "r" / "summary.json").read_text())
+        'op = "softmax"\nfully-masked = "nan"\n',
+        "--dtypes", "float32", "--families", "gaussian")
     cases = {v["kernel"]: v["cases"] for v in doc["verdicts"]}
     # the default 16, 65, 129, 257, 1000, 1025, 4097 for plain; 128 ... 4224 for tiled
     assert cases == {"tiled": 6, "plain": 7}, cases
@@ -255,22 +268,11 @@ def test_each_table_kernel_runs_its_own_grid_of_tiles(tmp_path, monkeypatch, cap
                                           1152, 4097, 4224]
 
 
-def test_a_table_kernel_of_one_head_dim_gets_a_grid_of_it(tmp_path, monkeypatch, capsys):
-    (tmp_path / ".git").mkdir()
-    (tmp_path / "d128.py").write_text(
-        "import torch\n"
-        "def d128(q, k, v, *, mask=None, causal=False, scale=None):\n"
-        "    if q.shape[-1] != 128:\n"
-        "        raise RuntimeError('No available kernel: head dim 128 only')\n"
-        "    return torch.nn.functional.scaled_dot_product_attention(\n"
-        "        q, k, v, attn_mask=mask, is_causal=causal, scale=scale)\n")
-    (tmp_path / "pyproject.toml").write_text(
-        '[tool.onlinesm.kernels.d128]\ntarget = "d128.py:d128"\nop = "attention"\n'
-        'head-dims = [128]\n')
-    monkeypatch.chdir(tmp_path)
-    assert main(["report", "--out", "r", "--dtypes", "float32", "--seeds", "1", "--seqs", "16",
-                 "--attention-families", "gaussian", "--no-fa3", "--no-plots", "--quiet"]) == 0, \
-        capsys.readouterr().err
-    doc = json.loads((tmp_path / "r" / "summary.json").read_text())
+def test_a_table_kernel_of_one_head_dim_gets_a_grid_of_it(tmp_path, monkeypatch):
+    doc = _table_report(
+        tmp_path, monkeypatch,
+        '[tool.onlinesm.kernels.d128]\ntarget = "tiled.py:d128"\nop = "attention"\n'
+        'head-dims = [128]\n',
+        "--dtypes", "float32", "--seqs", "16", "--attention-families", "gaussian")
     assert [(v["kernel"], v["cases"]) for v in doc["verdicts"]] == [("d128", 1)]
     assert "its grid's head dim: 128" in (tmp_path / "r" / "index.md").read_text()
