@@ -276,3 +276,16 @@ def test_a_table_kernel_of_one_head_dim_gets_a_grid_of_it(tmp_path, monkeypatch)
         "--dtypes", "float32", "--seqs", "16", "--attention-families", "gaussian")
     assert [(v["kernel"], v["cases"]) for v in doc["verdicts"]] == [("d128", 1)]
     assert "its grid's head dim: 128" in (tmp_path / "r" / "index.md").read_text()
+
+
+def test_a_kernel_the_fa3_table_cannot_run_says_why_in_one_row(tmp_path, capsys):
+    (tmp_path / "tiled.py").write_text(TILED + HALF.replace("head dim 128 only",
+                                                            "head dim 128 only | see docs"))
+    out = tmp_path / "r"
+    assert main(["report", f"{tmp_path / 'tiled.py'}:d128", "--op", "attention", "--out",
+                 str(out), "--head-dim", "128", "--dtypes", "float32", "--seeds", "1", "--seqs",
+                 "16", "--attention-families", "gaussian", "--no-plots", "--quiet"]) == 0
+    [row] = [line for line in (out / "index.md").read_text().splitlines()
+             if line.startswith("| ") and "d128 | error | error |" in line]
+    assert "did not run: " in row and "head dim 128 only \\| see docs" in row
+    assert row.replace("\\|", "").count("|") == 5  # four cells, the pipe escaped

@@ -33,8 +33,9 @@ def fmt_num(x: Any) -> str:
 
 
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    """A Markdown table; a ``|`` inside a cell (a regex, an error message) is escaped."""
     out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    out += ["| " + " | ".join(r) + " |" for r in rows]
+    out += ["| " + " | ".join(str(c).replace("|", "\\|") for c in r) + " |" for r in rows]
     return out
 
 
@@ -96,9 +97,11 @@ def _fa3_lines(fa3: dict[str, Any], device: str) -> list[str]:
     rows = []
     for r in fa3["rows"]:
         cells = [fmt_num(r["rmse"].get(d)) for d in ("float16", "bfloat16")]
-        if r.get("error"):
+        note = r.get("note", "")
+        if r.get("error"):  # the kernel did not run at the table's shape: say why
             cells = ["error", "error"]
-        rows.append([r["name"], *cells, r.get("note", "")])
+            note = "; ".join(n for n in (note, f"did not run: {r['error'][:200]}") if n)
+        rows.append([r["name"], *cells, note])
     for name, value in paper.items():
         rows.append([f"paper: {name}", fmt_num(value), "-", "H100, FlashAttention-3 paper"])
     lines += _table(["attention", "RMSE fp16", "RMSE bf16", "notes"], rows)
