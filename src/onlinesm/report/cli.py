@@ -118,28 +118,32 @@ def _settings(args: argparse.Namespace, device: str) -> Any:
 
 
 def _own_grids(kernels: list[Any], settings: Any, args: argparse.Namespace) -> Any:
-    """Each kernel's own grid where it declares a tile: the report's row lengths rounded up to
-    its ``len_multiple``, key lengths to two of its ``seq_multiple`` (causal cases take
-    Sq = Sk / 2); a grid given with --lengths / --seqs stays as given; an attention kernel
-    whose declared head dims leave out the report's default takes the nearest of them. Returns
-    the settings
-    whose grid is the union of the kernels' (what the inputs are generated for)."""
-    import dataclasses
+    """Each user kernel's own grid, from what it declares (``ReportKernel.lengths``, ``seqs``,
+    ``head_dim``): the report's row lengths rounded up to its ``len_multiple``, key lengths to
+    two of its ``seq_multiple`` (causal cases take Sq = Sk / 2), unless --lengths / --seqs give
+    the grid; an attention kernel whose head dims leave out the report's (and no --head-dim)
+    takes the nearest of them.
 
-    def up(values: tuple[int, ...], m: int) -> tuple[int, ...]:
-        return tuple(sorted({-(-n // m) * m for n in values}))
+    Returns the settings whose grid is the union of the kernels' (what inputs are made for).
+    """
+    import dataclasses
 
     from onlinesm.report.builtin import declared_fields
 
+    def up(values: tuple[int, ...], m: int) -> tuple[int, ...]:  # rounded up to multiples of m
+        return tuple(sorted({-(-n // m) * m for n in values}))
+
     for rk in kernels:
-        dims = declared_fields(rk.domain).get("head_dims") if rk.domain is not None else None
+        declared = declared_fields(rk.domain) if rk.domain is not None else {}
+        rk.lengths, rk.seqs = settings.lengths, settings.seqs
+        if "len_multiple" in declared and not args.lengths:
+            rk.lengths = up(settings.lengths, declared["len_multiple"])
+        if "seq_multiple" in declared and not args.seqs:
+            rk.seqs = up(settings.seqs, 2 * declared["seq_multiple"])
+        dims = declared.get("head_dims")
         if rk.op == "attention" and dims and args.head_dim is None and settings.head_dim not in dims:
             rk.head_dim = min(dims, key=lambda d: (abs(d - settings.head_dim), d))
             rk.note += f"; its grid's head dim: {rk.head_dim}"
-        rows = rk.domain.len_multiple if rk.domain is not None and not args.lengths else 1
-        keys = 2 * rk.domain.seq_multiple if rk.domain is not None and not args.seqs else 2
-        rk.lengths = up(settings.lengths, rows) if rows > 1 else settings.lengths
-        rk.seqs = up(settings.seqs, keys) if keys > 2 else settings.seqs
     grids = {op: [getattr(rk, field) for rk in kernels if rk.op == op]
              for op, field in (("softmax", "lengths"), ("attention", "seqs"))}
     return dataclasses.replace(
