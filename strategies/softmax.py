@@ -293,10 +293,11 @@ def softmax_rows(
 
 def _family_strategy(family: str) -> Callable[..., st.SearchStrategy[np.ndarray]]:
     def strategy(*, dtype: Any = "float32", min_len: int = 1, max_len: int = 4096,
-                 min_rows: int = 1, max_rows: int = 8) -> st.SearchStrategy[np.ndarray]:
+                 min_rows: int = 1, max_rows: int = 8,
+                 len_multiple: int = 1) -> st.SearchStrategy[np.ndarray]:
         return softmax_rows(dtype=dtype, min_len=min_len, max_len=max_len, min_rows=min_rows,
                             max_rows=max_rows, families=[family],
-                            allow_nonfinite=family in OPT_IN_FAMILIES)
+                            allow_nonfinite=family in OPT_IN_FAMILIES, len_multiple=len_multiple)
 
     strategy.__name__ = strategy.__qualname__ = f"{family}_rows"
     strategy.__doc__ = (

@@ -325,6 +325,21 @@ def test_lengths_hit_tile_boundaries(n: int) -> None:
     appears(row_lengths(max_len=4096), lambda m: m == n)
 
 
+def test_whole_tiles_only_and_one_tile_past_a_power_of_two() -> None:
+    rows = masked_prefix_rows(dtype="bf16", max_len=4096, len_multiple=128)
+
+    @settings(max_examples=60, database=None, deadline=None)
+    @given(rows)
+    def every_length_is_whole_tiles(x: np.ndarray) -> None:
+        assert x.shape[1] % 128 == 0 and 128 <= x.shape[1] <= 4096
+
+    every_length_is_whole_tiles()
+    appears(softmax_rows(max_len=4096, len_multiple=128), lambda x: x.shape[1] == 1152,
+            lambda x: x.shape[1] == 128, lambda x: x.shape[1] == 4096)
+    with pytest.raises(InvalidArgument, match="len_multiple=128: no row length in min_len=1..max_len=100"):
+        softmax_rows(max_len=100, len_multiple=128).example()
+
+
 def test_long_rows_reachable_and_within_hypothesis_limits() -> None:
     appears(softmax_rows(max_len=70000, max_rows=2), lambda x: x.shape[1] >= 65536)
 
