@@ -409,3 +409,24 @@ def test_the_kernels_imported_after_their_submodules_run_and_can_be_checked() ->
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["True", "2.0", "True", "True", "True"], out.stdout
+
+
+class _TutorialAttention(torch.autograd.Function):
+    """The Triton tutorial's calling form: attention(q, k, v, causal, sm_scale), positional."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, causal, sm_scale):  # type: ignore[no-untyped-def, override]
+        return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=sm_scale)
+
+
+def test_a_kernel_called_otherwise_is_told_the_form_and_a_wrapper_passes() -> None:
+    with pytest.raises(UsageError, match=r"missing 2 required positional arguments.*onlinesm calls "
+                                         r"an attention kernel as fn\(q, k, v, \*, mask=None"):
+        check_attention(_TutorialAttention.apply, **FAST)
+
+    def attn(q, k, v, *, causal=False, scale=None):  # the README's wrapper
+        return _TutorialAttention.apply(q, k, v, causal,
+                                        q.shape[-1] ** -0.5 if scale is None else scale)
+
+    result = check_attention(attn, allow_mask=False, dtypes=["float32"], **SMALL, **FAST)
+    assert result.passed, result.report()

@@ -146,11 +146,31 @@ def first_call(kernel: Kernel, op: str, domain: Domain, *, command: str = "check
         if err.kind in _TESTABLE or err.kind == "refused":
             return  # it runs (the properties report the breach) or refuses: both testable
         raise UsageError(f"nothing could be tested: {err}"
-                         + (_other_dtypes_hint(kernel, op, domain, err)
+                         + (_signature_hint(op, err) or _other_dtypes_hint(kernel, op, domain, err)
                             or _other_shapes_hint(kernel, op, domain, err, command))) from None
     if not np.all(np.isfinite(out.astype(np.float64))):
         raise UsageError(f"nothing could be tested: {kernel.name} returned non-finite values for "
                          f"{what}")
+
+
+#: The TypeErrors of a call whose arguments do not fit the function's signature
+_SIGNATURE_ERRORS = re.compile(r"raised TypeError: .*(missing \d+ required|unexpected keyword "
+                               r"argument|takes \d+ positional argument|positional arguments? but)")
+
+
+def _signature_hint(op: str, err: KernelError) -> str:
+    """When the call itself did not fit the kernel's signature (the Triton tutorial's
+    ``attention(q, k, v, causal, sm_scale)``, an ``autograd.Function.apply``): the form
+    onlinesm calls, and the two ways to meet it, as a sentence to append."""
+    if err.kind != "raised" or not _SIGNATURE_ERRORS.search(err.detail):
+        return ""
+    if op == "softmax":
+        return ("; onlinesm calls a softmax kernel as fn(x), over x's last dim: wrap a kernel "
+                "called otherwise, e.g. def sm(x): return kernel(x, -1)")
+    return ("; onlinesm calls an attention kernel as fn(q, k, v, *, mask=None, causal=False, "
+            "scale=None) with q, k, v of [B, H, S, D]: wrap a kernel called otherwise in a "
+            "function of that form (a few lines: README, 'Other calling conventions'), or name "
+            "its convention with --convention sdpa, flash_attn or xformers")
 
 
 def _other_dtypes_hint(kernel: Kernel, op: str, domain: Domain, err: KernelError) -> str:
