@@ -289,3 +289,21 @@ def test_a_kernel_the_fa3_table_cannot_run_says_why_in_one_row(tmp_path, capsys)
              if line.startswith("| ") and "d128 | error | error |" in line]
     assert "did not run: " in row and "head dim 128 only \\| see docs" in row
     assert row.replace("\\|", "").count("|") == 5  # four cells, the pipe escaped
+
+
+def test_a_kernel_of_another_calling_convention_is_reported_through_it(tmp_path, capsys):
+    from test_real_kernels import FLASH_STYLE
+
+    (tmp_path / "fa.py").write_text(FLASH_STYLE)
+    out = tmp_path / "r"
+    assert main(["report", f"{tmp_path / 'fa.py'}:flash_attn_func", "--op", "attention",
+                 "--convention", "flash_attn", "--out", str(out), "--dtypes", "float32,bfloat16",
+                 "--seeds", "1", "--seqs", "16,40", "--attention-families", "gaussian,causal",
+                 "--no-fa3", "--no-plots", "--quiet"]) == 0, capsys.readouterr().err
+    doc = json.loads((out / "summary.json").read_text())
+    # the convention implies bf16 / fp16, bottom-right causal, no mask: float32 is not run
+    assert [(v["dtype"], v["status"]) for v in doc["verdicts"]] == [("bfloat16", "pass")]
+    # causal cases (Sq = Sk / 2) held to bottom-right, not to the grid's top-left exact answer
+    assert {s["family"] for s in doc["stats"]} == {"gaussian", "causal"}
+    [kernel] = doc["kernels"]
+    assert kernel["causal_align"] == "bottom-right"

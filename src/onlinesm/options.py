@@ -190,13 +190,13 @@ OPTIONS: tuple[Option, ...] = (
     Option("--delta", "delta", "with --tier probabilistic: failure probability per summation "
            "[1e-6]", _CR, parse=float, metavar="P"),
     # calling conventions (attention)
-    Option("--convention", "convention", "the kernel's calling convention [onlinesm]", (_C,),
+    Option("--convention", "convention", "the kernel's calling convention [onlinesm]", _CR,
            choices=("onlinesm", "sdpa", "flash_attn", "xformers")),
-    Option("--sdpa-backend", "sdpa_backend", "with --convention sdpa: pin this backend", (_C,),
+    Option("--sdpa-backend", "sdpa_backend", "with --convention sdpa: pin this backend", _CR,
            choices=("flash", "cudnn", "efficient", "math")),
-    Option("--layout", "layout", "tensor layout the kernel takes: bhsd or bshd", (_C,),
+    Option("--layout", "layout", "tensor layout the kernel takes: bhsd or bshd", _CR,
            choices=("bhsd", "bshd")),
-    Option("--kwarg", "fixed_kwargs", "a keyword argument passed on every call (repeatable)", (_C,),
+    Option("--kwarg", "fixed_kwargs", "a keyword argument passed on every call (repeatable)", _CR,
            kind="map", parse=_kwarg, metavar="NAME=VALUE"),
     Option("--mask-kinds", "mask_kinds", "mask encodings to check, each in its own run: bool, "
            "additive, additive-f32, finite-min", (_C,), parse=_csv),

@@ -152,20 +152,14 @@ def _own_grids(kernels: list[Any], settings: Any, args: argparse.Namespace) -> A
 
 
 def _user_kernels(args: argparse.Namespace) -> list[Any]:
-    from onlinesm.declarations import split_keywords
     from onlinesm.options import keywords
-    from onlinesm.report.builtin import user_kernel
+    from onlinesm.report.matrix import report_kernel
     from onlinesm.targets import load_target
 
     kw = keywords(args, "report")
-    for key in ("device", "backend", "dtypes"):  # where it runs and what is generated
+    for key in ("device", "dtypes"):  # where it runs and what is generated
         kw.pop(key, None)
-    if args.op == "attention":
-        kw.setdefault("p_dtype", "input")
-    conv, domain, _ = split_keywords(kw)
-    conv.numerics.exp_model()  # a clear error for a bad exp class, now rather than mid-run
-    return [user_kernel(t, load_target(t), args.op, conv, backend=args.opt_backend, domain=domain)
-            for t in args.targets]
+    return [report_kernel(t, load_target(t), args.op, kw) for t in args.targets]
 
 
 def _smoke(rk: Any, device: str, settings: Any) -> None:

@@ -18,7 +18,7 @@ import argparse
 import dataclasses
 from typing import Any
 
-__all__ = ["matrix_kernels"]
+__all__ = ["matrix_kernels", "report_kernel"]
 
 #: Keywords that say how a kernel is called (onlinesm.adapters), not what it declares.
 _ADAPTER_KEYS = ("convention", "layout", "fixed_kwargs", "mask_kind", "sdpa_backend")
@@ -50,27 +50,36 @@ def matrix_kernels(args: argparse.Namespace) -> list[Any] | None:
 
 
 def _kernel(entry: Any, args: argparse.Namespace) -> Any:
-    from onlinesm import adapters
-    from onlinesm.declarations import Conventions, Domain, Numerics, split_keywords
     from onlinesm.options import keywords
-    from onlinesm.report.builtin import user_kernel
     from onlinesm.targets import load_target
 
     given = keywords(args, "report")
     given.pop("dtypes", None)  # the report's --dtypes picks the grid's dtypes, not the kernel's
-    kw = {**entry.keywords, **given}
-    fn = load_target(entry.target)
+    rk = report_kernel(entry.target, load_target(entry.target), entry.op,
+                       {**entry.keywords, **given})
+    return dataclasses.replace(rk, name=entry.name) if dataclasses.is_dataclass(rk) else rk
+
+
+def report_kernel(target: str, fn: Any, op: str, kw: dict[str, Any]) -> Any:
+    """The :class:`~onlinesm.report.builtin.ReportKernel` of ``fn`` from check's keywords:
+    called through its calling convention (``convention``, ``layout``, ``fixed_kwargs``,
+    ``mask_kind``, ``sdpa_backend``), holding its conventions, numerics and domain (what the
+    convention implies, then what ``kw`` says)."""
+    from onlinesm import adapters
+    from onlinesm.declarations import Conventions, Domain, Numerics, split_keywords
+    from onlinesm.report.builtin import user_kernel
+
+    kw = dict(kw)
     chosen = {k: kw.pop(k) for k in _ADAPTER_KEYS if k in kw}
     if chosen:
         fn = adapters.adapt(fn, convention=chosen.get("convention", "onlinesm"), layout=chosen.get("layout"),
                             kwargs=chosen.get("fixed_kwargs"), mask_kind=chosen.get("mask_kind"),
-                            sdpa_backend=chosen.get("sdpa_backend"), target=entry.target)
+                            sdpa_backend=chosen.get("sdpa_backend"), target=target)
         kw = {**fn.implied, **kw}
     own = {f.name for cls in (Conventions, Numerics, Domain) for f in dataclasses.fields(cls)}
     declared = {k: v for k, v in kw.items() if k in own}
-    if entry.op == "attention":
+    if op == "attention":
         declared.setdefault("p_dtype", "input")
     conv, domain, _ = split_keywords(declared)
-    conv.numerics.exp_model()
-    rk = user_kernel(entry.target, fn, entry.op, conv, backend=kw.get("backend"), domain=domain)
-    return dataclasses.replace(rk, name=entry.name) if dataclasses.is_dataclass(rk) else rk
+    conv.numerics.exp_model()  # a clear error for a bad exp class, now rather than mid-run
+    return user_kernel(target, fn, op, conv, backend=kw.get("backend"), domain=domain)
