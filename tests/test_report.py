@@ -307,3 +307,20 @@ def test_a_kernel_of_another_calling_convention_is_reported_through_it(tmp_path,
     assert {s["family"] for s in doc["stats"]} == {"gaussian", "causal"}
     [kernel] = doc["kernels"]
     assert kernel["causal_align"] == "bottom-right"
+
+
+def test_grouped_query_cases_need_allow_gqa_as_in_check(tmp_path, capsys):
+    (tmp_path / "g.py").write_text(
+        "import torch\n"
+        "def no_gqa(q, k, v, *, mask=None, causal=False, scale=None):\n"
+        "    if k.shape[1] != q.shape[1]:\n"
+        "        raise RuntimeError('grouped-query heads not supported')\n"
+        "    return torch.nn.functional.scaled_dot_product_attention(\n"
+        "        q, k, v, attn_mask=mask, is_causal=causal, scale=scale)\n")
+    argv = ["report", f"{tmp_path / 'g.py'}:no_gqa", "--op", "attention", "--out",
+            str(tmp_path / "r"), "--dtypes", "float32", "--seeds", "1", "--seqs", "16",
+            "--attention-families", "gaussian,gqa", "--no-fa3", "--no-plots", "--quiet"]
+    assert main(argv) == 0  # check's default domain has no grouped-query heads: nor does this
+    doc = json.loads((tmp_path / "r" / "summary.json").read_text())
+    assert {s["family"] for s in doc["stats"]} == {"gaussian"}
+    assert main(argv + ["--allow-gqa"]) == 1  # declared, the refusal is a failure

@@ -341,7 +341,8 @@ def inside(op: str, inp: Any, domain: Domain) -> bool:
     return (d in domain.head_dims and domain.min_seq_q <= sq <= domain.max_seq_q
             and domain.min_seq_k <= sk <= domain.max_seq_k and sq % m == 0 and sk % m == 0
             and (sq == sk or not domain.same_seq) and (inp.mask is None or domain.allow_mask)
-            and (not inp.causal or domain.allow_causal))
+            and (not inp.causal or domain.allow_causal)
+            and (inp.k.shape[1] == inp.q.shape[1] or domain.allow_gqa))
 
 
 def _in_domain(case: Any, op: str, domain: Domain) -> bool:

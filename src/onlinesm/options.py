@@ -156,7 +156,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("--max-seq-k", "max_seq_k", "attention: most keys", (_C,), parse=_positive_int),
     Option("--seq-multiple", "seq_multiple", "attention: Sq and Sk are multiples of M", _CR,
            parse=_positive_int, metavar="M"),
-    Option("--allow-gqa", "allow_gqa", "attention: grouped-query heads (Hkv < H)", (_C,), kind="flag"),
+    Option("--allow-gqa", "allow_gqa", "attention: grouped-query heads (Hkv < H)", _CR, kind="flag"),
     Option("--no-mask", "allow_mask", "attention: the kernel takes no mask", _CR, kind="flag", const=False),
     Option("--no-causal", "allow_causal", "attention: the kernel has no causal mode", _CR, kind="flag", const=False),
     Option("--same-seq", "same_seq", "attention: the kernel needs Sq == Sk", _CR, kind="flag"),

@@ -276,7 +276,7 @@ def user_kernel(target: str, fn: Callable[..., Any], op: str, conventions: Conve
     note = "user kernel" + ("; declared domain: " + ", ".join(f"{k}={v}" for k, v in declared.items())
                             + " (the grid's cases outside it are not run)" if declared else "")
     return ReportKernel(target, op, fn, conventions, target=target, backend=backend,
-                        note=note, p_input=p_input, domain=domain if declared else None)
+                        note=note, p_input=p_input, domain=domain)
 
 
 def declared_fields(domain: Domain) -> dict[str, Any]:
