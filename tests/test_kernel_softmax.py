@@ -1888,6 +1888,37 @@ def test_gpu_aligned_16_bit_rows_under_a_register_cap(dtype, n, cap):
         check(t, softmax(t, fully_masked=fm), fm)
 
 
+def test_fp32_rows_under_a_register_cap_compile_without_a_spill():
+    # fp32 windows of 6145-8192 (8192 in 16 warps) are capped at 40 registers: they take 56
+    # uncapped (triton 3.6), two programs an SM (6,242 at 89.6% of copy, capped 97.9%).
+    # Aligned rows of 18,433-24,576 (16,384 + a tail of 4096 or 8192, 16 warps) at 64: 79-90
+    # uncapped, one program an SM (20,488 at 91.3%, capped 97.3%); off a sector too. Aligned
+    # rows of 6145-8192 and of 16,385-18,432 keep theirs. Capped, none may spill more than one
+    # register: none under triton 3.6 (the H200's, where the caps were timed), 4 bytes at 64
+    # under 3.9.
+    rows = _split_ptxas("--dtypes", "float32", "--ns", "6242,7001,8000,18000,20488,20484,24576")
+    caps = [r["options"].get("maxnreg") for r in rows]
+    assert caps == [40, 40, None, None, 64, 64, 64], caps
+    assert all(r["path"] == "on_chip" and r["spill_bytes"] <= 4 for r in rows), [
+        (r["path"], r["spill_bytes"]) for r in rows]
+    assert all(r["spill_bytes"] == 0 for r in rows[:4]), [r["spill_bytes"] for r in rows]
+    assert all(r["registers"] <= (r["options"].get("maxnreg") or 255) for r in rows)
+
+
+@gpu
+@requires_cuda
+@pytest.mark.parametrize("n, cap", [(6242, 40), (7001, 40), (8000, None), (18000, None),
+                                    (20488, 64), (20484, 64), (24576, 64)])
+def test_gpu_fp32_rows_under_a_register_cap(n, cap):
+    # The capped on-chip launches (see the test above) on the GPU: -inf runs across the
+    # block's and the tail's bounds, a fully masked row, each row's largest element at its end.
+    t = _rows_across_parts(40, n, torch.float32)
+    launch = sm._launch(t, torch.empty_like(t), "auto", None, None, None, False)
+    assert launch.options.get("maxnreg") == cap
+    for fm in ("zeros", "nan"):
+        check(t, softmax(t, fully_masked=fm), fm)
+
+
 def test_bench_plan_map_counts_the_programs_registers_let_an_sm_hold():
     # ncu on the H200 (bench_softmax.md, thirty-first round): 2-warp programs at 60 registers,
     # 16 an SM (theoretical occupancy 50%); at 56, 18 (56.25%, 36 warps). 8-warp programs of

@@ -434,6 +434,11 @@ PLAN_TABLE: list[tuple[int, int, int, dict[str, Any]]] = [
     # padded to 8192 nor split (H200, medians of 3: 4,097 / 5,001 at 98.2 / 98.1% of copy
     # against 85.9 / 91.6% split in chunks of 4096)
     (4, 4096, 6144, dict(window_overrides=dict(chip_tail=True, elems_per_thread=16))),
+    # ... windows of 6145-8192 on chip as 8192 in 16 warps with registers capped at 40: they
+    # take 56 uncapped (triton 3.6), two programs an SM; capped three, no spill (H200,
+    # medians of 3: 6,242 / 7,001 at 97.9 / 95.7% of copy against 89.6 / 92.2%; a cap of 48
+    # 97.6 / 95.1%). Aligned rows keep theirs (8,000 at 99.4%).
+    (4, 6144, 8192, dict(window_overrides=dict(chip_maxnreg=40))),
     # aligned rows just past a power of two on chip as that block and a tail (8192 + 2048
     # and 16,384 + 2048, 4096 or 8192 in 16 warps, 32,768 + 4096 in 32: fp32 21,000 92% of
     # copy, was 89% padded to 32,768), odd rows too in 8 warps (9,001: 97.1% against 90.2%
@@ -444,8 +449,15 @@ PLAN_TABLE: list[tuple[int, int, int, dict[str, Any]]] = [
     # 89.8 / 90.8 / 91.6 / 90.9% split in chunks of 2048; 32 per thread 81.1% at 10,039)
     (4, 9216, 12288, dict(window_overrides=dict(chip_tail=True, elems_per_thread=16))),
     (4, 12288, 16384, dict(window_overrides=_WINDOWS_FP32_SMALL)),
-    (4, 16384, 24576, dict(chip_tail=True, elems_per_thread=32,
+    (4, 16384, 18432, dict(chip_tail=True, elems_per_thread=32,
                            window_overrides=_WINDOWS_FP32_SMALL)),
+    # ... of 18,433-24,576 (a tail of 4096 or 8192) with registers capped at 64: they take
+    # 79-90 uncapped (triton 3.6), one 16-warp program an SM; capped two, no spill (H200,
+    # medians of 3: 20,488 / 21,000 / 22,000 / 24,000 at 97.3 / 97.0 / 97.1 / 98.2% of copy
+    # against 91.3 / 91.8 / 93.8 / 97.1%; a cap of 72 71-78%). Rows of 16,385-18,432 (64
+    # registers, two programs already) keep theirs; windows split.
+    (4, 18432, 24576, dict(chip_tail=True, elems_per_thread=32, chip_maxnreg=64,
+                           window_overrides=dict(_WINDOWS_FP32_SMALL, chip_maxnreg=0))),
     (4, 24576, 32768, dict(window_overrides=_WINDOWS_FP32_SMALL)),
     # aligned rows on chip as 3 chunks; windows (odd N) split as the longer rows below, which
     # on chip load element by element (fp32 40,001: 61% of copy)
