@@ -24,6 +24,7 @@ import math
 from typing import Any
 
 from ._validate import InvalidArgument, check_dtype
+from .lengths import tile_bounds
 
 __all__ = ["DomainSpec", "RECOMMENDED_DOMAIN", "LEGACY_DOMAIN", "default_domain", "read_domain",
            "seq_bounds", "fit_seq", "len_bounds", "fit_len", "domain_families"]
@@ -221,13 +222,7 @@ def len_bounds(domain: DomainSpec) -> tuple[int, int]:
     >>> len_bounds(default_domain(len_multiple=128))
     (128, 8192)
     """
-    m = domain.len_multiple
-    lo, hi = math.ceil(domain.min_len / m) * m, domain.max_len // m * m
-    if lo > hi:
-        raise InvalidArgument(f"domain.len_multiple={m}: no row length in min_len={domain.min_len}"
-                              f"..max_len={domain.max_len} is a multiple of it; raise max_len to "
-                              f"{lo} or more")
-    return lo, hi
+    return tile_bounds(domain.min_len, domain.max_len, domain.len_multiple)
 
 
 def fit_len(domain: DomainSpec, n: int) -> int:

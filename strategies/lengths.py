@@ -12,9 +12,10 @@ from __future__ import annotations
 import numpy as np
 from hypothesis import strategies as st
 
-from ._validate import check_int, check_int_range
+from ._validate import InvalidArgument, check_int, check_int_range
 
-__all__ = ["TILE_SIZES", "MAX_LENGTH", "interesting_lengths", "row_lengths", "random_length"]
+__all__ = ["TILE_SIZES", "MAX_LENGTH", "interesting_lengths", "row_lengths", "random_length",
+           "tile_bounds"]
 
 #: Tile widths common in softmax / attention kernels (Triton BLOCK sizes, FlashAttention tiles).
 TILE_SIZES: tuple[int, ...] = (16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
@@ -85,3 +86,18 @@ def random_length(rng: np.random.Generator, min_len: int = 1, max_len: int = 409
     e = int(rng.integers(0, int(np.log2(max_len)) + 1))
     lo, hi = max(min_len, 2**e), min(max_len, 2 ** (e + 1))
     return int(rng.integers(lo, hi + 1)) if lo <= hi else min_len
+
+
+def tile_bounds(min_len: int, max_len: int, multiple: int) -> tuple[int, int]:
+    """(shortest, longest) row length in ``min_len..max_len`` that is a multiple of
+    ``multiple`` (a kernel's tile); InvalidArgument, naming the fix, when there is none.
+
+    >>> tile_bounds(1, 8193, 128)
+    (128, 8192)
+    """
+    lo, hi = -(-min_len // multiple) * multiple, max_len // multiple * multiple
+    if lo > hi:
+        raise InvalidArgument(f"len_multiple={multiple}: no row length in min_len={min_len}.."
+                              f"max_len={max_len} is a multiple of it; raise max_len to {lo} or "
+                              "more")
+    return lo, hi

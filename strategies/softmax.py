@@ -34,7 +34,7 @@ from .families import (
     preferred_min_length,
     scale_exponent_range,
 )
-from .lengths import MAX_LENGTH, row_lengths
+from .lengths import MAX_LENGTH, row_lengths, tile_bounds
 
 __all__ = [
     "SoftmaxCase",
@@ -240,13 +240,10 @@ def _lengths(preferred: int, min_len: int, max_len: int, m: int) -> st.SearchStr
     cluster at whole powers of two of tiles and one tile either side."""
     if m == 1:
         return row_lengths(min_len=preferred, max_len=max_len)
-    lo, hi = -(-preferred // m), max_len // m
-    if lo > hi:
-        lo = -(-min_len // m)
-    if lo > hi:
-        raise InvalidArgument(f"len_multiple={m}: no row length in min_len={min_len}..max_len="
-                              f"{max_len} is a multiple of it; raise max_len to {lo * m} or more")
-    return row_lengths(min_len=lo, max_len=hi).map(lambda k: k * m)
+    lo, hi = tile_bounds(min_len, max_len, m)
+    wanted = -(-preferred // m) * m  # preferred, rounded up to a whole tile
+    lo = wanted if lo <= wanted <= hi else lo
+    return row_lengths(min_len=lo // m, max_len=hi // m).map(lambda k: k * m)
 
 
 def softmax_rows(

@@ -32,6 +32,7 @@ import math
 from typing import Any
 
 from onlinesm.dtypes import FloatFormat, resolve
+from onlinesm.strategies.lengths import tile_bounds
 
 __all__ = ["Numerics", "Conventions", "Domain", "RunOptions", "split_keywords", "EXP_CLASSES",
            "FULLY_MASKED", "NONFINITE", "DEFAULT_DTYPES"]
@@ -397,11 +398,7 @@ class Domain(_JsonRecord):
             if getattr(self, lo) > getattr(self, hi):
                 raise ValueError(f"{lo}={getattr(self, lo)} is above {hi}={getattr(self, hi)}; "
                                  f"need {lo} <= {hi}")
-        m = self.len_multiple
-        if -(-self.min_len // m) * m > self.max_len:
-            raise ValueError(f"len_multiple={m}: no row length in min_len={self.min_len}.."
-                             f"max_len={self.max_len} is a multiple of it; raise max_len to "
-                             f"{-(-self.min_len // m) * m} or more")
+        tile_bounds(self.min_len, self.max_len, self.len_multiple)  # some length is a multiple
         for name in ("allow_nonfinite", "allow_mask", "allow_causal", "allow_gqa", "same_seq"):
             if not isinstance(getattr(self, name), bool):
                 raise ValueError(f"{name}={getattr(self, name)!r} must be True or False")

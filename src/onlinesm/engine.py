@@ -104,9 +104,9 @@ def simplest_input(op: str, domain: Domain) -> Any:
     """
     fmt = resolve(domain.dtypes[0])
     if op == "softmax":
-        m = domain.len_multiple
-        n = -(-max(4, domain.min_len) // m) * m  # round up to the multiple
-        n = n if n <= domain.max_len else max(domain.min_len, domain.max_len // m * m)
+        from onlinesm.strategies.domain import fit_len
+
+        n = fit_len(domain, 4)  # at least 4 columns, a multiple of len_multiple, in the domain
         return fmt.round((np.arange(n) % 8).astype(np.float64))[None, :]
     step = domain.seq_multiple
 

@@ -368,22 +368,26 @@ def _collect(sm: list[ReportKernel], at: list[ReportKernel], settings: Settings,
                               name=rk.name, target=rk.target,
                               refusals=rk.domain.unsupported if rk.domain else ())
                for rk in sm + at}
+    # each kernel's grid (its own head dim) and the domain it is held to, once
+    grids = {id(rk): settings if rk.head_dim is None
+             else dataclasses.replace(settings, head_dim=rk.head_dim) for rk in sm + at}
+    helds = {id(rk): None if rk.domain is None
+             else declared_domain(rk.domain, grids[id(rk)].head_dim) for rk in sm + at}
     inputs_cache: dict[tuple[str, str, str, int], list[Any]] = {}
     bounds: dict[Any, Any] = {}
     rng = np.random.default_rng(settings.seed)
     for op, rk, dtype, family in jobs:
         progress.step(f"{op} {rk.name} {dtype} {family}")
-        grid = settings if rk.head_dim is None else dataclasses.replace(settings, head_dim=rk.head_dim)
+        grid, held = grids[id(rk)], helds[id(rk)]
+        if held is not None and (dtype not in held.dtypes
+                                 or (held.families is not None and family not in held.families)):
+            continue  # no inputs made for a dtype or family the kernel does not declare
         key = (op, dtype, family, grid.head_dim)
         if key not in inputs_cache:
             bounds.clear()
             inputs_cache.clear()
             inputs_cache[key] = (_softmax_inputs if op == "softmax" else _attention_inputs)(
                 grid, dtype, family)
-        held = None if rk.domain is None else declared_domain(rk.domain, grid.head_dim)
-        if held is not None and (dtype not in held.dtypes
-                                 or (held.families is not None and family not in held.families)):
-            continue
         own = rk.lengths if op == "softmax" else rk.seqs
         for length, seed, inp, exact in inputs_cache[key]:
             if own is not None and length not in own:
