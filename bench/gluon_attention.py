@@ -19,6 +19,7 @@ the H200 (reports/h200/bench_attention.md):
     python bench/gluon_attention.py --offline [--ws]     # sm_90a compile: registers, spills
     python bench/gluon_attention.py --offline --ws --seq 1024   # the launch shipped at 1024
     python bench/gluon_attention.py --offline --ws --sass   # + each turn's SASS by opcode
+    python bench/gluon_attention.py --offline --ws --chain --seq 1280   # chained blocks
     python bench/gluon_attention.py --bench-ws           # the ws kernel's launch candidates
     onlinesm check bench/gluon_attention.py:attention_ws --op attention --dtypes \
         bfloat16,float16 --head-dims 64,128 --seq-multiple 128 --same-seq --no-mask \
@@ -266,7 +267,7 @@ def compile_offline(head_d: int, causal: bool, block_n: int | None = None,
                     maxnreg: int | None = None, warpgroups: int | None = None,
                     persistent: bool | None = None, q_buffers: int | None = None,
                     dynamic: bool | None = None, seq: int = 4096,
-                    sass: bool = False) -> dict[str, Any]:
+                    sass: bool = False, chain: bool | None = None) -> dict[str, Any]:
     """Compile for sm_90a without a GPU; ``{"registers", "spill_bytes", "shared",
     "serialized"}`` from ``ptxas -v`` (serialized: ptxas's C7514, wgmma run one by one), and
     with ``sass`` ``"turns"``: the SASS of each turn's block, matmuls and one key tile's
@@ -274,7 +275,8 @@ def compile_offline(head_d: int, causal: bool, block_n: int | None = None,
     ``ws``: the warp-specialized kernel (``num_buf``, ``maxnreg`` and ``overlap_pv``, its
     ``pv_overlap``: as its ``forward``, None the shipped launch's; ``warpgroups``: its
     consumers, 2, 3 or 4, and ``persistent`` and ``dynamic``: None the shipped launch's at
-    sequence length ``seq``; ``q_buffers``: as its ``forward``, None the shipped launch's)."""
+    sequence length ``seq``; ``q_buffers`` and ``chain``: as its ``forward``, None the
+    shipped launch's)."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
@@ -293,9 +295,11 @@ def compile_offline(head_d: int, causal: bool, block_n: int | None = None,
         if q_buffers is None:  # as forward: the shipped launch's where it is its schedule
             q_buffers = ag._ws_default_q_buffers(head_d, causal, seq, persistent, dynamic,
                                                  warpgroups, block_n, num_buf)
+        if chain is None:
+            chain = ag._ws_chained(head_d, causal, warpgroups, persistent, dynamic)
         const = ag._ws_constexprs(head_d, block_n, causal, num_buf,
                                   ag._ws_pv_overlap(head_d) if overlap_pv is None else overlap_pv,
-                                  warpgroups, persistent, q_buffers, dynamic)
+                                  warpgroups, persistent, q_buffers, dynamic, chain)
         options = dict(num_warps=4, maxnreg=maxnreg or ag._ws_maxnreg(warpgroups))
     else:
         const = _constexprs(head_d, block_n or _block_n(head_d), causal, bool(overlap_pv))
@@ -313,6 +317,7 @@ def compile_offline(head_d: int, causal: bool, block_n: int | None = None,
                 num_buf=const["NUM_BUF"], maxnreg=options.get("maxnreg"),
                 warpgroups=const.get("NUM_WG", 2), persistent=bool(const.get("PERSISTENT")),
                 dynamic=const.get("PERSISTENT") == ag._DYNAMIC.value,
+                chained=const.get("PERSISTENT") == ag._CHAINED.value,
                 q_buffers=const.get("Q_BUFS", 1),
                 pv_overlap=bool(const.get("PV_OVERLAP", const.get("OVERLAP_PV"))),
                 registers=r["registers"], spill_bytes=r["spill_bytes"], shared=r["shared"],
@@ -466,6 +471,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dynamic", action="store_true",
                     help="with --offline --ws: the persistent launch taking blocks from a "
                          "counter, causal or not")
+    ap.add_argument("--chain", action="store_true",
+                    help="with --offline --ws: chained blocks without causal (forward's chain)")
     ap.add_argument("--seqs", default="1024,4096,16384")
     ap.add_argument("--seq", type=int, default=4096,
                     help="with --offline --ws: the sequence length whose shipped launch to "
@@ -484,6 +491,7 @@ def main(argv: list[str] | None = None) -> int:
             for causal in (False, True):
                 r = compile_offline(d, causal, overlap_pv=args.overlap_pv or None, ws=args.ws,
                                     dynamic=True if args.dynamic else None,
+                                    chain=True if args.chain and not causal else None,
                                     seq=args.seq, sass=args.sass and args.ws)
                 _print_compiled(r, f"{'ws ' if args.ws else ''}D={d} causal={causal} "
                                    f"BLOCK_N={r['block_n']}", args.json)

@@ -354,24 +354,45 @@ def test_the_gluon_candidate_compiles_without_spills_or_serialised_wgmma():
     assert len(rows) == 4  # D = 64 and 128, causal and not
     ws = _gluon_offline("--ws", "--sass")  # warp-specialized: 12 warps at 168 registers fill the SM
     assert len(ws) == 4
+    # and the chained launch at S = 1280 (key tiles of 64, two Q buffers; causal: not chained)
+    chained = _gluon_offline("--ws", "--sass", "--chain", "--dims", "128", "--seq", "1280")
+    assert [(r["causal"], r["chained"]) for r in chained] == [(False, True), (True, False)]
     # The softmax multiplies no score by the scale: the row max is of the raw scores and the
     # scale rides in p's FMA, so a turn's FMULs are the rescale of o (D / 2 per thread: 64
-    # rows x D over 128 threads) and two per row pair, and each score costs one FFMA.
-    for r in ws:
+    # rows x D over 128 threads) and two per row pair, and each score costs one FFMA. (A
+    # chained launch's turn between two blocks also holds the first block's o = acc / l and
+    # its stores: its FMULs are that division's.)
+    for r in ws + chained:
         assert r["turns"], r
         for t in r["turns"]:
-            assert t["ops"].get("FMUL", 0) <= r["head_d"] // 2 + 2, (r["head_d"], r["causal"], t)
+            assert _stores_o(t) or t["ops"].get("FMUL", 0) <= r["head_d"] // 2 + 2, (
+                r["head_d"], r["causal"], t)
             assert t["ops"]["FFMA"] >= t["ops"]["MUFU"] - 2, (r["head_d"], r["causal"], t)
+        # chained, o leaves inside the turn of the next block's first scores, and only there
+        assert any(_stores_o(t) for t in r["turns"]) == r["chained"], r
     # the shipped launches (at S = 4096): D = 64 in 3 consumers, causal in 4 with key tiles
     # of 64; persistent without causal, and causal with its blocks from the counter
     assert [(r["head_d"], r["causal"], r["warpgroups"], r["block_n"]) for r in ws] == [
         (64, False, 3, 128), (64, True, 4, 64), (128, False, 2, 128), (128, True, 2, 128)]
     assert all(r["persistent"] for r in ws)
     assert [r["dynamic"] for r in ws] == [r["causal"] for r in ws]
-    for r in rows + ws:
+    # chained blocks (the last P V beside the next first Q K^T) where the shipped launch has
+    # them; chained, each warpgroup stores o in one turn
+    ag = _gluon_module().attention_gluon
+    assert [r["chained"] for r in ws] == [
+        ag._ws_chained(r["head_d"], r["causal"], r["warpgroups"], True, r["dynamic"])
+        for r in ws]
+    r = chained[0]
+    assert sum(_stores_o(t) for t in r["turns"]) == r["warpgroups"], r["turns"]
+    for r in rows + ws + chained:
         assert r["spill_bytes"] <= _ws_spill_allowed(r) and not r["serialized"], r
         assert r["registers"] <= 255 and r["shared"] <= 227 * 1024, r
     assert all(r["registers"] <= 168 for r in ws), ws
+
+
+def _stores_o(turn: dict) -> bool:
+    """Whether a turn's SASS stores o: to global memory, or to shared memory for TMA."""
+    return any(op in turn["ops"] for op in ("STG", "STS", "STSM"))
 
 
 def _ws_spill_allowed(r: dict) -> int:
@@ -538,6 +559,30 @@ def test_gpu_gluon_ws_persistent_launch_matches_oracle(causal: bool, d: int):
         g.attention_gluon.forward(q, k, v, causal=causal, persistent=False, q_buffers=2)
     with pytest.raises(ValueError, match="dynamic=True needs persistent programs"):
         g.attention_gluon.forward(q, k, v, causal=causal, persistent=False, dynamic=True)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("d", [64, 128])
+def test_gpu_gluon_ws_chained_launch_matches_oracle(d: int):
+    # Chained blocks (a block's last P V in the turn of the next block's first Q K^T, the
+    # shipped launch at D = 128 without causal): 1, 3 and 7 programs walk 2 x 3 heads' 8
+    # blocks each (one program all 48 in a row; 7: programs whose last block differs), with
+    # one Q buffer and with two, key tiles of 64 and 128; and the launch that does not chain.
+    g = _gluon_module()
+    ag = g.attention_gluon
+    q, k, v = _inputs((2, 3, 1024, d), (2, 3, 1024, d), torch.bfloat16, seed=d + 1)
+    o_ref, _, o_tol, _ = _bounds(q * 8, k, v, torch.bfloat16, causal=False)
+    for programs, q_buffers, block_n, chain in itertools.product(
+            (1, 3, 7), (1, 2), (64, 128), (True, False)):
+        num_buf = 4 if block_n == 64 else 2 if q_buffers == 2 and d == 128 else 3
+        o = ag.forward(q * 8, k, v, warpgroups=2, persistent=True, programs=programs,
+                       q_buffers=q_buffers, block_n=block_n, num_buf=num_buf, chain=chain)
+        err = np.abs(to_numpy(o).astype(np.float64) - o_ref)
+        assert np.all(err <= o_tol), (d, programs, q_buffers, block_n, chain, float(err.max()))
+    for kw in (dict(causal=True), dict(dynamic=True), dict(persistent=False),
+               dict(warpgroups=3)):
+        with pytest.raises(ValueError, match="chain=True needs persistent blocks of two"):
+            ag.forward(q, k, v, chain=True, **kw)
 
 
 # ---- the opt-in Gluon kernel (kernels/attention_gluon.py) behind attention() ----

@@ -67,6 +67,9 @@ _partition_barrier = getattr(gl, "thread_barrier", None) or gl.barrier
 _ONE_PER_BLOCK = gl.constexpr(0)
 _STATIC = gl.constexpr(1)
 _DYNAMIC = gl.constexpr(2)
+#: And the static walk with each block's last P V issued beside the next block's first
+#: Q K^T, in one turn (``_ws_consume_chain``: two warpgroups without causal).
+_CHAINED = gl.constexpr(3)
 
 
 @gluon.jit
@@ -354,6 +357,10 @@ def _ws_consumer(smem, bars, ptrs, seq, n_blocks, n_work, WG: gl.constexpr,
             g += n_tiles
             it += 1
             work = _ws_read_work(work_smem, q_bar, it, Q_BUFS)
+    elif PERSISTENT == _CHAINED:  # blocks i, i + P, ..., each last P V beside the next Q K^T
+        _ws_consume_chain(smem, bars, ptrs, o_out, seq, n_blocks, n_work, WG, ROWS, HEAD_D,
+                          BLOCK_N, NUM_BUF, S_LAYOUT, O_LAYOUT, P_LAYOUT, PV_OVERLAP, NUM_WG,
+                          PERSISTENT)
     elif PERSISTENT:  # blocks i, i + P, ...: the ring and the turns run on across blocks
         g = 0  # K/V tiles consumed so far: the ring's position
         it = 0  # query blocks so far; this warpgroup's turns so far are g + it
@@ -471,6 +478,114 @@ def _ws_consume_block(work, g, it, smem, bars, ptrs, o_out, seq, n_blocks, n_wor
     if PASSES:  # the turns of the block's tiles past this warpgroup's diagonal, handed on
         for j in range(n_own, n_tiles):
             _ws_pass_turn(g + j, g + it + j + 1, ready, empty, turn, WG, NEXT, NUM_BUF)
+    _ws_store_o(acc, l_i, o_smem, o_out, head_row, row0, seq, WG, ROWS, HEAD_D, O_LAYOUT,
+                WHOLE)
+    return n_tiles
+
+
+@gluon.jit
+def _ws_consume_chain(smem, bars, ptrs, o_out, seq, n_blocks, n_work, WG: gl.constexpr,
+                      ROWS: gl.constexpr, HEAD_D: gl.constexpr, BLOCK_N: gl.constexpr,
+                      NUM_BUF: gl.constexpr, S_LAYOUT: gl.constexpr, O_LAYOUT: gl.constexpr,
+                      P_LAYOUT: gl.constexpr, PV_OVERLAP: gl.constexpr, NUM_WG: gl.constexpr,
+                      PERSISTENT: gl.constexpr):
+    """Warpgroup WG's rows of blocks i, i + P, ... (``PERSISTENT == _CHAINED``: without
+    causal, blocks of two warpgroups, whole), the blocks chained: a block's last P V is
+    issued in the same turn as the next block's first Q K^T, and its o leaves while the
+    other warpgroup's matmuls run. Each warpgroup takes one turn per key tile of the
+    program's blocks, and one more at the end (the last P V).
+
+    Why: a block of n key tiles otherwise takes n + 1 turns, two of them half empty (the
+    first, Q K^T alone, waited for at once; the last, P V alone, then o's epilogue). In
+    short blocks (S = 1280 in tiles of 64: 20 turns, 1536 in tiles of 128: 12) that is
+    what keeps the tensor cores idle at the block's edges."""
+    q_smem, k_smem, v_smem, work_smem, o_smem = smem
+    q_bar, q_empty, ready, empty, turn = bars
+    q_ptr, k_ptr, v_ptr, o_ptr, qk_scale_log2, counter_ptr = ptrs
+    dtype: gl.constexpr = q_ptr.dtype.element_ty
+    Q_BUFS: gl.constexpr = q_smem.shape[0] // NUM_WG  # Q of one block, or of two in turn
+    NEXT: gl.constexpr = (WG + 1) % NUM_WG  # whose turn follows mine
+    zeros_s = gl.zeros([ROWS, BLOCK_N], gl.float32, S_LAYOUT)
+    rows = gl.arange(0, ROWS, layout=gl.SliceLayout(1, S_LAYOUT))  # (no diagonal: unused)
+    programs = gl.num_programs(0)
+    # The first block's turn 0: its first tile's scores, alone (programs <= n_work: every
+    # program has a block). Key tile t of the program (its blocks' tiles in a row) is the
+    # ring's place t and this warpgroup's turn t.
+    mbarrier.wait(q_bar.index(0), 0)
+    mbarrier.wait(ready.index(0), 0)
+    mbarrier.wait(turn.index(WG), 0)
+    s = warpgroup_mma(q_smem.index(WG), k_smem.index(0).permute((1, 0)), zeros_s,
+                      use_acc=False, is_async=True)
+    mbarrier.arrive(turn.index(NEXT), count=1)
+    s = warpgroup_mma_wait(0, deps=[s])
+    m_i = gl.full([ROWS], -float("inf"), gl.float32, gl.SliceLayout(1, S_LAYOUT))
+    l_i = gl.zeros([ROWS], gl.float32, gl.SliceLayout(1, S_LAYOUT))
+    p, alpha, m_i, l_i = _softmax_tile(s, m_i, l_i, 0, rows, qk_scale_log2, BLOCK_N, False,
+                                       S_LAYOUT)
+    p_op = gl.convert_layout(p.to(dtype), P_LAYOUT)
+    acc = gl.zeros([ROWS, HEAD_D], gl.float32, O_LAYOUT)
+    g = 0  # key tiles of the program's earlier blocks: the ring's place of this block's first
+    it = 0  # the program's blocks so far: Q's slot and phase
+    for work in range(gl.program_id(0), n_work, programs):
+        head_row, start_m, n_tiles = _ws_block(work, seq, n_blocks, n_work, ROWS, BLOCK_N,
+                                               False, NUM_WG, PERSISTENT)
+        slot = it % Q_BUFS
+        q = q_smem.index(slot * NUM_WG + WG)
+        # Turns 1 .. n - 1: tile j's scores with tile j - 1's P V (tile 0's scores are in).
+        for j in range(1, n_tiles):
+            p_op, acc, m_i, l_i = _ws_step(g + j, g + j, q, k_smem, v_smem, ready, empty,
+                                           turn, p_op, acc, m_i, l_i, zeros_s, rows,
+                                           qk_scale_log2, WG, NEXT, BLOCK_N, NUM_BUF, False,
+                                           S_LAYOUT, O_LAYOUT, P_LAYOUT, PV_OVERLAP)
+        mbarrier.arrive(q_empty.index(slot), count=1)  # every score of the block is in
+        b_last = (g + n_tiles - 1) % NUM_BUF  # the block's last V
+        g += n_tiles
+        it += 1
+        row0 = start_m + WG * ROWS
+        if work + programs < n_work:
+            # Turn g: this block's last P V and the next block's first scores, issued
+            # together; the scores' softmax runs while P V does, and o leaves while the other
+            # warpgroup's turn runs.
+            nslot = it % Q_BUFS
+            mbarrier.wait(q_bar.index(nslot), (it // Q_BUFS) & 1)  # the next block's Q
+            mbarrier.wait(ready.index(g % NUM_BUF), (g // NUM_BUF) & 1)
+            mbarrier.wait(turn.index(WG), g & 1)
+            s = warpgroup_mma(q_smem.index(nslot * NUM_WG + WG),
+                              k_smem.index(g % NUM_BUF).permute((1, 0)), zeros_s,
+                              use_acc=False, is_async=True)
+            acc = warpgroup_mma(p_op, v_smem.index(b_last), acc, is_async=True)
+            mbarrier.arrive(turn.index(NEXT), count=1)
+            # wgmma groups complete in order: one left outstanding is P V, the scores are in.
+            s = warpgroup_mma_wait(1, deps=[s])
+            m_next = gl.full([ROWS], -float("inf"), gl.float32, gl.SliceLayout(1, S_LAYOUT))
+            l_next = gl.zeros([ROWS], gl.float32, gl.SliceLayout(1, S_LAYOUT))
+            p, alpha, m_next, l_next = _softmax_tile(s, m_next, l_next, 0, rows,
+                                                     qk_scale_log2, BLOCK_N, False, S_LAYOUT)
+            acc = warpgroup_mma_wait(0, deps=[acc])
+            mbarrier.arrive(empty.index(b_last), count=1)  # the block's last tile is free
+            _ws_store_o(acc, l_i, o_smem, o_out, head_row, row0, seq, WG, ROWS, HEAD_D,
+                        O_LAYOUT, True)
+            p_op = gl.convert_layout(p.to(dtype), P_LAYOUT)
+            acc = gl.zeros([ROWS, HEAD_D], gl.float32, O_LAYOUT)
+            m_i = m_next
+            l_i = l_next
+        else:  # the program's last block: its last P V alone, then o
+            mbarrier.wait(turn.index(WG), g & 1)
+            acc = warpgroup_mma(p_op, v_smem.index(b_last), acc, is_async=True)
+            mbarrier.arrive(turn.index(NEXT), count=1)
+            acc = warpgroup_mma_wait(0, deps=[acc])
+            mbarrier.arrive(empty.index(b_last), count=1)
+            _ws_store_o(acc, l_i, o_smem, o_out, head_row, row0, seq, WG, ROWS, HEAD_D,
+                        O_LAYOUT, True)
+
+
+@gluon.jit
+def _ws_store_o(acc, l_i, o_smem, o_out, head_row, row0, seq, WG: gl.constexpr,
+                ROWS: gl.constexpr, HEAD_D: gl.constexpr, O_LAYOUT: gl.constexpr,
+                WHOLE: gl.constexpr):
+    """A warpgroup's rows of a block's output, o = acc / l, stored at rows row0.. of its
+    (batch, head) (first row head_row of the [B * H * S, D] view); rows past S are not."""
+    dtype: gl.constexpr = o_smem.dtype
     o = acc / gl.convert_layout(l_i, gl.SliceLayout(1, O_LAYOUT))[:, None]
     O_TMA: gl.constexpr = o_smem.shape[1] == ROWS  # else a stub of 8 rows, unused
     if O_TMA:  # o through shared memory and one TMA store
@@ -492,7 +607,6 @@ def _ws_consume_block(work, g, it, smem, bars, ptrs, o_out, seq, n_blocks, n_wor
             gl.store(o_ptrs, o.to(dtype))
         else:  # the last block may end past S
             gl.store(o_ptrs, o.to(dtype), mask=(o_rows < seq)[:, None])
-    return n_tiles
 
 
 @gluon.jit
@@ -622,13 +736,15 @@ def _attn_fwd_ws(q_ptr, k_ptr, v_ptr, o_ptr, counter_ptr, seq, n_blocks, n_work,
 def _ws_constexprs(head_d: int, block_n: int, causal: bool, num_buf: int = WS_NUM_BUF,
                    pv_overlap: bool = False, warpgroups: int = 2,
                    persistent: bool = False, q_buffers: int = 1,
-                   dynamic: bool = False) -> dict[str, Any]:
+                   dynamic: bool = False, chained: bool = False) -> dict[str, Any]:
     """The warp-specialized kernel's compile-time arguments (4-warp consumer layouts;
     ``warpgroups`` consumers of 64 query rows each, 2, 3 or 4; ``persistent``: one program per
-    SM walking the query blocks, ``dynamic``: taking them from a counter; ``q_buffers``: 2
-    lets it load the next block's Q during this one; o leaves through shared memory by TMA
-    where it fits, :func:`_ws_o_tma`)."""
-    schedule = _DYNAMIC if dynamic else _STATIC if persistent else _ONE_PER_BLOCK
+    SM walking the query blocks, ``dynamic``: taking them from a counter, ``chained``: each
+    block's last P V beside the next one's first Q K^T; ``q_buffers``: 2 lets it load the
+    next block's Q during this one; o leaves through shared memory by TMA where it fits,
+    :func:`_ws_o_tma`)."""
+    schedule = (_DYNAMIC if dynamic else _CHAINED if chained else _STATIC if persistent
+                else _ONE_PER_BLOCK)
     o_layout = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                          instr_shape=[16, head_d, 16])
     return dict(
@@ -732,6 +848,25 @@ def _ws_dynamic(head_d: int, causal: bool, seq: int) -> bool:
     warpgroups (``--dims 64 --candidates 8 --schedules 0,3``): 0.90 / 0.94 at S = 2048 /
     4096 against 0.84 / 0.91."""
     return causal and seq < (16384 if head_d == 128 else 8192)
+
+
+def _ws_chainable(causal: bool, warpgroups: int, persistent: bool, dynamic: bool) -> bool:
+    """Whether a launch can chain its blocks (``_ws_consume_chain``: a block's last P V in
+    the same turn as the next block's first Q K^T): persistent blocks i, i + P, ... of two
+    warpgroups (whole blocks of 128 rows: no rows past S) without causal."""
+    return not causal and warpgroups == 2 and persistent and not dynamic
+
+
+#: Whether the shipped launch chains its blocks where it can at D = 128: off until the
+#: chained launch is timed against the one without on a GPU (``forward(chain=True)`` runs it).
+WS_CHAIN = False
+
+
+def _ws_chained(head_d: int, causal: bool, warpgroups: int, persistent: bool,
+                dynamic: bool) -> bool:
+    """Whether the shipped launch chains its blocks: with :data:`WS_CHAIN`, where it can at
+    D = 128."""
+    return WS_CHAIN and head_d == 128 and _ws_chainable(causal, warpgroups, persistent, dynamic)
 
 
 def _ws_q_buffers(head_d: int, causal: bool, seq: int) -> int:
@@ -869,7 +1004,7 @@ def forward(q: Any, k: Any, v: Any, *, causal: bool = False, scale: float | None
             maxnreg: int | None = None, pv_overlap: bool | None = None,
             warpgroups: int | None = None, persistent: bool | None = None,
             programs: int | None = None, q_buffers: int | None = None,
-            dynamic: bool | None = None) -> Any:
+            dynamic: bool | None = None, chain: bool | None = None) -> Any:
     """softmax(q k^T * scale) v for inputs :func:`fits` accepts (it raises ValueError with the
     reason otherwise); causal hides keys after the query (Sq == Sk: both alignments agree).
     ``block_n`` (key tile), ``num_buf`` (K/V buffers), ``maxnreg`` (registers per thread;
@@ -884,7 +1019,9 @@ def forward(q: Any, k: Any, v: Any, *, causal: bool = False, scale: float | None
     in key tiles of 64: ``_ws_q_buffers``; left unset, a launch that names its own
     ``block_n`` / ``num_buf`` takes a second Q buffer only where it fits beside that ring;
     ``dynamic``: persistent programs take the next block from a counter, as
-    FlashAttention-3's tile scheduler, instead of every P-th) override the measured launch
+    FlashAttention-3's tile scheduler, instead of every P-th; ``chain``: each block's last
+    P V issued beside the next block's first Q K^T, :func:`_ws_chained`, for persistent
+    blocks of two warpgroups without causal or the counter) override the measured launch
     (for the bench's candidates: ``bench/gluon_attention.py --bench-ws``).
 
     >>> o = forward(q, k, v, causal=True)  # doctest: +SKIP
@@ -922,6 +1059,12 @@ def forward(q: Any, k: Any, v: Any, *, causal: bool = False, scale: float | None
     if q_buffers not in (1, 2) or (q_buffers == 2 and not persistent):
         raise ValueError(f"q_buffers={q_buffers} is not supported; use 1, or 2 with "
                          "persistent=True (one block per program loads one Q)")
+    if chain and not _ws_chainable(bool(causal), wg, persistent, bool(dynamic)):
+        raise ValueError("chain=True needs persistent blocks of two warpgroups without causal "
+                         f"or the counter (got warpgroups={wg}, causal={bool(causal)}, "
+                         f"persistent={persistent}, dynamic={bool(dynamic)}); leave chain unset")
+    if chain is None:
+        chain = _ws_chained(d, bool(causal), wg, persistent, bool(dynamic))
     if not persistent:
         programs = n_work
     elif programs is None:
@@ -933,7 +1076,7 @@ def forward(q: Any, k: Any, v: Any, *, causal: bool = False, scale: float | None
             q, k, v, o, counter, s, n_blocks, n_work, scale * 1.4426950408889634,  # log2(e)
             **_ws_constexprs(d, block_n, bool(causal), num_buf,
                              _ws_pv_overlap(d) if pv_overlap is None else bool(pv_overlap), wg,
-                             persistent, q_buffers, dynamic),
+                             persistent, q_buffers, dynamic, chain),
             num_warps=4, maxnreg=maxnreg or _ws_maxnreg(wg))
     return o
 
