@@ -857,8 +857,9 @@ def _ws_chainable(causal: bool, warpgroups: int, persistent: bool, dynamic: bool
     return not causal and warpgroups == 2 and persistent and not dynamic
 
 
-#: Whether the shipped launch chains its blocks where it can at D = 128: off until the
-#: chained launch is timed against the one without on a GPU (``forward(chain=True)`` runs it).
+#: Whether the shipped launch chains its blocks where it can at D = 128: off, as chained
+#: launches ran 2-7 points of cuDNN slower at S = 1024-4096 on an H100
+#: (reports/h200/bench_attention.md, twenty-fifth round); ``forward(chain=True)`` runs one.
 WS_CHAIN = False
 
 
