@@ -564,8 +564,8 @@ def test_gpu_gluon_ws_persistent_launch_matches_oracle(causal: bool, d: int):
 @pytest.mark.gpu
 @pytest.mark.parametrize("d", [64, 128])
 def test_gpu_gluon_ws_chained_launch_matches_oracle(d: int):
-    # Chained blocks (a block's last P V in the turn of the next block's first Q K^T, the
-    # shipped launch at D = 128 without causal): 1, 3 and 7 programs walk 2 x 3 heads' 8
+    # Chained blocks (a block's last P V in the turn of the next block's first Q K^T;
+    # forward(chain=True), not shipped: it timed slower): 1, 3 and 7 programs walk 2 x 3 heads' 8
     # blocks each (one program all 48 in a row; 7: programs whose last block differs), with
     # one Q buffer and with two, key tiles of 64 and 128; and the launch that does not chain.
     g = _gluon_module()

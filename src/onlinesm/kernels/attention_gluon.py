@@ -380,6 +380,31 @@ def _ws_consumer(smem, bars, ptrs, seq, n_blocks, n_work, WG: gl.constexpr,
 
 
 @gluon.jit
+def _ws_scores_alone(q, k_smem, ready, turn, zeros_s, c, it, WG: gl.constexpr,
+                     NEXT: gl.constexpr, NUM_BUF: gl.constexpr):
+    """Turn c + it (c: key tiles of the program so far, it: its blocks so far): tile c's
+    scores q k^T alone (a block's first tile: no P V yet to issue beside them), waited for
+    at once."""
+    mbarrier.wait(ready.index(c % NUM_BUF), (c // NUM_BUF) & 1)  # K of tile c landed
+    mbarrier.wait(turn.index(WG), (c + it) & 1)  # my turn at the tensor cores
+    s = warpgroup_mma(q, k_smem.index(c % NUM_BUF).permute((1, 0)), zeros_s, use_acc=False,
+                      is_async=True)
+    mbarrier.arrive(turn.index(NEXT), count=1)  # the next warpgroup's turn
+    return warpgroup_mma_wait(0, deps=[s])
+
+
+@gluon.jit
+def _ws_last_pv(p_op, acc, v_smem, empty, turn, b, t, WG: gl.constexpr, NEXT: gl.constexpr):
+    """Turn t: a block's last P V alone (its V in ring buffer b), then buffer b released."""
+    mbarrier.wait(turn.index(WG), t & 1)
+    acc = warpgroup_mma(p_op, v_smem.index(b), acc, is_async=True)
+    mbarrier.arrive(turn.index(NEXT), count=1)
+    acc = warpgroup_mma_wait(0, deps=[acc])
+    mbarrier.arrive(empty.index(b), count=1)  # the block's last tile is free
+    return acc
+
+
+@gluon.jit
 def _ws_consume_block(work, g, it, smem, bars, ptrs, o_out, seq, n_blocks, n_work,
                       WG: gl.constexpr, ROWS: gl.constexpr, HEAD_D: gl.constexpr,
                       BLOCK_N: gl.constexpr, NUM_BUF: gl.constexpr, S_LAYOUT: gl.constexpr,
@@ -440,12 +465,7 @@ def _ws_consume_block(work, g, it, smem, bars, ptrs, o_out, seq, n_blocks, n_wor
     mbarrier.wait(q_bar.index(slot), (it // Q_BUFS) & 1)  # this block's Q landed
 
     # Turn 0: tile 0's scores.
-    mbarrier.wait(ready.index(g % NUM_BUF), (g // NUM_BUF) & 1)
-    mbarrier.wait(turn.index(WG), (g + it) & 1)
-    s = warpgroup_mma(q, k_smem.index(g % NUM_BUF).permute((1, 0)), zeros_s, use_acc=False,
-                      is_async=True)
-    mbarrier.arrive(turn.index(NEXT), count=1)  # the next warpgroup's turn
-    s = warpgroup_mma_wait(0, deps=[s])
+    s = _ws_scores_alone(q, k_smem, ready, turn, zeros_s, g, it, WG, NEXT, NUM_BUF)
     m_i = gl.full([ROWS], -float("inf"), gl.float32, gl.SliceLayout(1, S_LAYOUT))
     if CAUSAL and row0 < BLOCK_N:  # tile 0 meets this warpgroup's diagonal: masked
         p, alpha, m_i, l_i = _softmax_tile(s, m_i, l_i, 0, diag_last, qk_scale_log2, BLOCK_N,
@@ -469,12 +489,8 @@ def _ws_consume_block(work, g, it, smem, bars, ptrs, o_out, seq, n_blocks, n_wor
     mbarrier.arrive(q_empty.index(slot), count=1)
 
     # Turn n_own: its last tile's P V.
-    b_last = (g + n_own - 1) % NUM_BUF
-    mbarrier.wait(turn.index(WG), (g + it + n_own) & 1)
-    acc = warpgroup_mma(p_op, v_smem.index(b_last), acc, is_async=True)
-    mbarrier.arrive(turn.index(NEXT), count=1)
-    acc = warpgroup_mma_wait(0, deps=[acc])
-    mbarrier.arrive(empty.index(b_last), count=1)
+    acc = _ws_last_pv(p_op, acc, v_smem, empty, turn, (g + n_own - 1) % NUM_BUF,
+                      g + it + n_own, WG, NEXT)
     if PASSES:  # the turns of the block's tiles past this warpgroup's diagonal, handed on
         for j in range(n_own, n_tiles):
             _ws_pass_turn(g + j, g + it + j + 1, ready, empty, turn, WG, NEXT, NUM_BUF)
@@ -512,12 +528,8 @@ def _ws_consume_chain(smem, bars, ptrs, o_out, seq, n_blocks, n_work, WG: gl.con
     # program has a block). Key tile t of the program (its blocks' tiles in a row) is the
     # ring's place t and this warpgroup's turn t.
     mbarrier.wait(q_bar.index(0), 0)
-    mbarrier.wait(ready.index(0), 0)
-    mbarrier.wait(turn.index(WG), 0)
-    s = warpgroup_mma(q_smem.index(WG), k_smem.index(0).permute((1, 0)), zeros_s,
-                      use_acc=False, is_async=True)
-    mbarrier.arrive(turn.index(NEXT), count=1)
-    s = warpgroup_mma_wait(0, deps=[s])
+    s = _ws_scores_alone(q_smem.index(WG), k_smem, ready, turn, zeros_s, 0, 0, WG, NEXT,
+                         NUM_BUF)
     m_i = gl.full([ROWS], -float("inf"), gl.float32, gl.SliceLayout(1, S_LAYOUT))
     l_i = gl.zeros([ROWS], gl.float32, gl.SliceLayout(1, S_LAYOUT))
     p, alpha, m_i, l_i = _softmax_tile(s, m_i, l_i, 0, rows, qk_scale_log2, BLOCK_N, False,
@@ -570,11 +582,7 @@ def _ws_consume_chain(smem, bars, ptrs, o_out, seq, n_blocks, n_work, WG: gl.con
             m_i = m_next
             l_i = l_next
         else:  # the program's last block: its last P V alone, then o
-            mbarrier.wait(turn.index(WG), g & 1)
-            acc = warpgroup_mma(p_op, v_smem.index(b_last), acc, is_async=True)
-            mbarrier.arrive(turn.index(NEXT), count=1)
-            acc = warpgroup_mma_wait(0, deps=[acc])
-            mbarrier.arrive(empty.index(b_last), count=1)
+            acc = _ws_last_pv(p_op, acc, v_smem, empty, turn, b_last, g, WG, NEXT)
             _ws_store_o(acc, l_i, o_smem, o_out, head_row, row0, seq, WG, ROWS, HEAD_D,
                         O_LAYOUT, True)
 
