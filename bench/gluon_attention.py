@@ -41,6 +41,7 @@ import argparse
 import itertools
 import json
 import math
+import re
 import sys
 from pathlib import Path
 from typing import Any
@@ -313,6 +314,7 @@ def compile_offline(head_d: int, causal: bool, block_n: int | None = None,
     compiled = triton.compile(GluonASTSource(fn, signature, constexprs=const, attrs=attrs),
                               target=GPUTarget("cuda", 90, 128), options=options)
     r = ptxas_sm90(compiled, sass)
+    ptx = compiled.asm["ptx"]
     return dict(head_d=head_d, causal=causal, block_n=const["BLOCK_N"],
                 num_buf=const["NUM_BUF"], maxnreg=options.get("maxnreg"),
                 warpgroups=const.get("NUM_WG", 2), persistent=bool(const.get("PERSISTENT")),
@@ -322,6 +324,9 @@ def compile_offline(head_d: int, causal: bool, block_n: int | None = None,
                 pv_overlap=bool(const.get("PV_OVERLAP", const.get("OVERLAP_PV"))),
                 registers=r["registers"], spill_bytes=r["spill_bytes"], shared=r["shared"],
                 serialized="C7514" in r["report"],
+                # how o leaves: TMA stores from shared memory, or the threads' own stores
+                tma_stores=ptx.count("cp.async.bulk.tensor.2d.global.shared"),
+                global_stores=len(re.findall(r"\bst\.global", ptx)),
                 **({"turns": r["softmax_blocks"]} if sass else {}))
 
 

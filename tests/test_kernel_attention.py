@@ -384,6 +384,11 @@ def test_the_gluon_candidate_compiles_without_spills_or_serialised_wgmma():
         for r in ws]
     r = chained[0]
     assert sum(_stores_o(t) for t in r["turns"]) == r["warpgroups"], r["turns"]
+    # o leaves by TMA from shared memory in every shipped launch: its own buffer where one
+    # fits, else (D = 128 in key tiles of 128) the block's last K buffer; never by the
+    # threads' own stores
+    for r in ws:
+        assert r["tma_stores"] >= 1 and r["global_stores"] == 0, r
     for r in rows + ws + chained:
         assert r["spill_bytes"] <= _ws_spill_allowed(r) and not r["serialized"], r
         assert r["registers"] <= 255 and r["shared"] <= 227 * 1024, r

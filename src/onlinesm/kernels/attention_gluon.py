@@ -334,11 +334,13 @@ def _ws_consumer(smem, bars, ptrs, seq, n_blocks, n_work, WG: gl.constexpr,
     tiles past its own diagonal are handed on without a matmul). The NUM_WG warpgroups
     take their turns round-robin, and the ring and the turns run on from block to block.
     Where shared memory has room for it (``_ws_o_tma``), each block's o leaves through a
-    shared buffer of the warpgroup's by one TMA store."""
+    shared buffer of the warpgroup's by one TMA store; where it has not (D = 128 in key
+    tiles of 128), through the block's last K buffer (``_ws_o_in_k``)."""
     q_smem, k_smem, v_smem, work_smem, o_smem = smem
     q_ptr, k_ptr, v_ptr, o_ptr, qk_scale_log2, counter_ptr = ptrs
     O_TMA: gl.constexpr = o_smem.shape[1] == ROWS  # else a stub of 8 rows, unused
-    if O_TMA:  # the [B * H * S, D] view of o, as the load warp's descriptors of q, k, v
+    O_IN_K: gl.constexpr = _ws_o_in_k(o_smem, k_smem, ROWS, NUM_WG)
+    if O_TMA or O_IN_K:  # the [B * H * S, D] view of o, as the load warp's q, k, v
         o_out = tma.make_tensor_descriptor(o_ptr, [seq * (n_work // n_blocks), HEAD_D],
                                            [HEAD_D, 1], [ROWS, HEAD_D], SMEM)
     else:
@@ -379,6 +381,14 @@ def _ws_consumer(smem, bars, ptrs, seq, n_blocks, n_work, WG: gl.constexpr,
         tma.store_wait(0)
 
 
+@gluon.constexpr_function
+def _ws_o_in_k(o_smem, k_smem, ROWS, NUM_WG):
+    """Whether o leaves through the block's last K buffer (``_ws_store_o_in_k``): where no
+    buffer of its own fits (o_smem a stub: D = 128 in key tiles of 128) and a K tile holds
+    every warpgroup's rows (two warpgroups of 64 rows, tiles of 128 keys)."""
+    return o_smem.shape[1] != ROWS and k_smem.shape[1] == NUM_WG * ROWS
+
+
 @gluon.jit
 def _ws_scores_alone(q, k_smem, ready, turn, zeros_s, c, it, WG: gl.constexpr,
                      NEXT: gl.constexpr, NUM_BUF: gl.constexpr):
@@ -394,13 +404,16 @@ def _ws_scores_alone(q, k_smem, ready, turn, zeros_s, c, it, WG: gl.constexpr,
 
 
 @gluon.jit
-def _ws_last_pv(p_op, acc, v_smem, empty, turn, b, t, WG: gl.constexpr, NEXT: gl.constexpr):
-    """Turn t: a block's last P V alone (its V in ring buffer b), then buffer b released."""
+def _ws_last_pv(p_op, acc, v_smem, empty, turn, b, t, WG: gl.constexpr, NEXT: gl.constexpr,
+                RELEASE: gl.constexpr = True):
+    """Turn t: a block's last P V alone (its V in ring buffer b), then buffer b released
+    (``RELEASE``; else o leaves through it first: ``_ws_store_o_in_k``)."""
     mbarrier.wait(turn.index(WG), t & 1)
     acc = warpgroup_mma(p_op, v_smem.index(b), acc, is_async=True)
     mbarrier.arrive(turn.index(NEXT), count=1)
     acc = warpgroup_mma_wait(0, deps=[acc])
-    mbarrier.arrive(empty.index(b), count=1)  # the block's last tile is free
+    if RELEASE:
+        mbarrier.arrive(empty.index(b), count=1)  # the block's last tile is free
     return acc
 
 
@@ -489,13 +502,20 @@ def _ws_consume_block(work, g, it, smem, bars, ptrs, o_out, seq, n_blocks, n_wor
     mbarrier.arrive(q_empty.index(slot), count=1)
 
     # Turn n_own: its last tile's P V.
-    acc = _ws_last_pv(p_op, acc, v_smem, empty, turn, (g + n_own - 1) % NUM_BUF,
-                      g + it + n_own, WG, NEXT)
+    O_IN_K: gl.constexpr = _ws_o_in_k(o_smem, k_smem, ROWS, NUM_WG)
+    b_last = (g + n_own - 1) % NUM_BUF
+    acc = _ws_last_pv(p_op, acc, v_smem, empty, turn, b_last, g + it + n_own, WG, NEXT,
+                      not O_IN_K)
     if PASSES:  # the turns of the block's tiles past this warpgroup's diagonal, handed on
         for j in range(n_own, n_tiles):
             _ws_pass_turn(g + j, g + it + j + 1, ready, empty, turn, WG, NEXT, NUM_BUF)
-    _ws_store_o(acc, l_i, o_smem, o_out, head_row, row0, seq, WG, ROWS, HEAD_D, O_LAYOUT,
-                WHOLE)
+    if O_IN_K:
+        _ws_store_o_in_k(acc, l_i, k_smem.index(b_last), q_empty.index(slot),
+                         (it // Q_BUFS) & 1, empty.index(b_last), o_out, head_row, row0, WG,
+                         ROWS, O_LAYOUT)
+    else:
+        _ws_store_o(acc, l_i, o_smem, o_out, head_row, row0, seq, WG, ROWS, HEAD_D, O_LAYOUT,
+                    WHOLE)
     return n_tiles
 
 
@@ -615,6 +635,30 @@ def _ws_store_o(acc, l_i, o_smem, o_out, head_row, row0, seq, WG: gl.constexpr,
             gl.store(o_ptrs, o.to(dtype))
         else:  # the last block may end past S
             gl.store(o_ptrs, o.to(dtype), mask=(o_rows < seq)[:, None])
+
+
+@gluon.jit
+def _ws_store_o_in_k(acc, l_i, k_buf, q_done, q_phase, k_empty, o_out, head_row, row0,
+                     WG: gl.constexpr, ROWS: gl.constexpr, O_LAYOUT: gl.constexpr):
+    """A warpgroup's rows of a block's output, o = acc / l, out through the block's last K
+    buffer ``k_buf`` (its rows WG * ROWS ..) by one TMA store, then that ring buffer
+    released (``k_empty``). For launches with no room for o's own buffer (D = 128 in key
+    tiles of 128: three K/V stages and Q take 224 of the 227 KB), in place of each thread's
+    4-byte stores, which fill half of each 32-byte sector they touch.
+
+    Why the K tile is free: every warpgroup's last Q K^T, its only reader, is done once the
+    block's ``q_done`` phase ``q_phase`` completes (each warpgroup arrives there after its
+    last scores); the V beside it may still feed another warpgroup's last P V, and is not
+    touched; and the load warp refills the buffer only after every warpgroup's release."""
+    o = acc / gl.convert_layout(l_i, gl.SliceLayout(1, O_LAYOUT))[:, None]
+    mbarrier.wait(q_done, q_phase)  # every warpgroup's last scores are in: K is unread
+    o_buf = k_buf.slice(WG * ROWS, ROWS)
+    o_buf.store(o.to(o_buf.dtype))
+    fence_async_shared()  # the writes, visible to the TMA unit's reads
+    _tma_store(o_out, [head_row + row0, 0], o_buf)  # blocks of 128 rows: none past S
+    tma.store_wait(0)  # the store has read the buffer
+    _partition_barrier()  # every thread past the wait before the one arrive
+    mbarrier.arrive(k_empty, count=1)  # the block's last tile is free
 
 
 @gluon.jit
