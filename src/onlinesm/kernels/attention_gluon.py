@@ -339,7 +339,7 @@ def _ws_consumer(smem, bars, ptrs, seq, n_blocks, n_work, WG: gl.constexpr,
     q_smem, k_smem, v_smem, work_smem, o_smem = smem
     q_ptr, k_ptr, v_ptr, o_ptr, qk_scale_log2, counter_ptr = ptrs
     O_TMA: gl.constexpr = o_smem.shape[1] == ROWS  # else a stub of 8 rows, unused
-    O_IN_K: gl.constexpr = _ws_o_in_k(o_smem, k_smem, ROWS, NUM_WG)
+    O_IN_K: gl.constexpr = _ws_o_in_k(o_smem, k_smem, ROWS, NUM_WG, PERSISTENT)
     if O_TMA or O_IN_K:  # the [B * H * S, D] view of o, as the load warp's q, k, v
         o_out = tma.make_tensor_descriptor(o_ptr, [seq * (n_work // n_blocks), HEAD_D],
                                            [HEAD_D, 1], [ROWS, HEAD_D], SMEM)
@@ -382,11 +382,13 @@ def _ws_consumer(smem, bars, ptrs, seq, n_blocks, n_work, WG: gl.constexpr,
 
 
 @gluon.constexpr_function
-def _ws_o_in_k(o_smem, k_smem, ROWS, NUM_WG):
+def _ws_o_in_k(o_smem, k_smem, ROWS, NUM_WG, PERSISTENT):
     """Whether o leaves through the block's last K buffer (``_ws_store_o_in_k``): where no
     buffer of its own fits (o_smem a stub: D = 128 in key tiles of 128) and a K tile holds
-    every warpgroup's rows (two warpgroups of 64 rows, tiles of 128 keys)."""
-    return o_smem.shape[1] != ROWS and k_smem.shape[1] == NUM_WG * ROWS
+    every warpgroup's rows (two warpgroups of 64 rows, tiles of 128 keys); not in chained
+    blocks (``_ws_consume_chain`` stores o itself)."""
+    return (o_smem.shape[1] != ROWS and k_smem.shape[1] == NUM_WG * ROWS
+            and PERSISTENT != _CHAINED.value)
 
 
 @gluon.jit
@@ -502,7 +504,7 @@ def _ws_consume_block(work, g, it, smem, bars, ptrs, o_out, seq, n_blocks, n_wor
     mbarrier.arrive(q_empty.index(slot), count=1)
 
     # Turn n_own: its last tile's P V.
-    O_IN_K: gl.constexpr = _ws_o_in_k(o_smem, k_smem, ROWS, NUM_WG)
+    O_IN_K: gl.constexpr = _ws_o_in_k(o_smem, k_smem, ROWS, NUM_WG, PERSISTENT)
     b_last = (g + n_own - 1) % NUM_BUF
     acc = _ws_last_pv(p_op, acc, v_smem, empty, turn, b_last, g + it + n_own, WG, NEXT,
                       not O_IN_K)
