@@ -817,7 +817,8 @@ def _ws_o_tma(head_d: int, warpgroups: int, block_n: int, num_buf: int,
               q_buffers: int) -> bool:
     """Whether o leaves through a shared buffer per consumer and one TMA store per block:
     where the buffers fit beside Q's and the K/V ring (every launch at D = 64; at D = 128
-    three K/V buffers of 128 keys and Q take 224 of the 227 KB). On the H200 at D = 64,
+    three K/V buffers of 128 keys and Q take 224 of the 227 KB, and o goes out through the
+    block's last K buffer instead: ``_ws_o_in_k``). On the H200 at D = 64,
     S = 1024 causal, the threads' own stores of o held the warps 4% of their time (ncu's
     warp-state samples) and wrote each 32-byte sector half full."""
     return _ws_smem_bytes(head_d, warpgroups, block_n, num_buf, q_buffers, True) <= SMEM_BYTES
