@@ -556,6 +556,14 @@ def test_gpu_gluon_ws_persistent_launch_matches_oracle(causal: bool, d: int):
                                       num_buf=num_buf, dynamic=dynamic)
         err = np.abs(to_numpy(o).astype(np.float64) - o_ref)
         assert np.all(err <= o_tol), (d, wg, q_buffers, dynamic, float(err.max()))
+    if d == 128:  # key tiles of 128 in three K/V buffers: o leaves through each block's last
+        # K tile (16 blocks a program), after every warpgroup's last scores of that block
+        for dynamic in (False, True):
+            o = g.attention_gluon.forward(q * 8, k, v, causal=causal, persistent=True,
+                                          programs=3, block_n=128, num_buf=3, q_buffers=1,
+                                          dynamic=dynamic)
+            err = np.abs(to_numpy(o).astype(np.float64) - o_ref)
+            assert np.all(err <= o_tol), (d, "o through K", dynamic, float(err.max()))
     # the shipped launch at this length (causal D = 128: key tiles of 64, two Q buffers)
     o = g.attention_gluon.forward(q * 8, k, v, causal=causal)
     err = np.abs(to_numpy(o).astype(np.float64) - o_ref)
