@@ -253,6 +253,10 @@ WS_CANDIDATES = (
     # causal, S = 1024-4096, within 1% of four buffers but at S = 1024 (285 against 281
     # TFLOP/s, still below the Triton kernel's 291)
     (64, 64, 8, 96, False, 4),
+    # the D = 128 launch from S = 1536 (without causal; causal from 2560): key tiles of 128,
+    # P V overlap, o through the block's last K tile; to time below those lengths, where
+    # tiles of 64 run (``--candidates 12 --schedules 1,3``)
+    (128, 128, 3, 168, True, 2),
 )
 #: How --bench-ws runs each launch, as (persistent, Q buffers, dynamic): one program per query
 #: block; persistent (one per SM walking blocks; causal: every head's longest blocks first,
