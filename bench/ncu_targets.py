@@ -10,8 +10,10 @@ cases are the rows where the built-in kernels miss their targets
     ncu --clock-control none -k regex:softmax --nvtx --nvtx-include onlinesm_profile/ \\
         --launch-count 1 python bench/ncu_targets.py softmax_bf16_12288
 
-Needs a CUDA device. The D = 128 attention case pins its tile config ``64,64,3,4`` (the one
-the bench's autotuner picked at D = 128, S = 4096); the D = 64 ones autotune, as routed.
+Needs a CUDA device. ``attention_bf16_d128_s4096`` pins the Triton kernel's tile config
+``64,64,3,4`` (the one the bench's autotuner picked at D = 128, S = 4096); the other attention
+cases take the bench's rows (B * S = 16k, H * D = 2048, from the name's ``_d<D>_s<S>``) and
+run as routed, or cuDNN's kernel for the ``cudnn_`` ones.
 """
 
 from __future__ import annotations
