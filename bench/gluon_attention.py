@@ -253,9 +253,9 @@ WS_CANDIDATES = (
     # causal, S = 1024-4096, within 1% of four buffers but at S = 1024 (285 against 281
     # TFLOP/s, still below the Triton kernel's 291)
     (64, 64, 8, 96, False, 4),
-    # the D = 128 launch from S = 1536 (without causal; causal from 2560): key tiles of 128,
-    # P V overlap, o through the block's last K tile; to time below those lengths, where
-    # tiles of 64 run (``--candidates 12 --schedules 1,3``)
+    # the D = 128 launch at every length since the twenty-ninth round: key tiles of 128,
+    # P V overlap, o through the block's last K tile (``--candidates 12 --schedules 1,3``
+    # timed it against the key tiles of 64 shipped below S = 1536 / 2560 until then)
     (128, 128, 3, 168, True, 2),
 )
 #: How --bench-ws runs each launch, as (persistent, Q buffers, dynamic): one program per query
@@ -295,8 +295,8 @@ def compile_offline(head_d: int, causal: bool, block_n: int | None = None,
             dynamic = ag._ws_dynamic(head_d, causal, seq)
         dynamic = bool(dynamic)
         persistent = bool(persistent) or dynamic
-        block_n = block_n or ag._ws_block_n(head_d, warpgroups, causal, seq)
-        num_buf = num_buf or ag._ws_num_buf(head_d, warpgroups, causal, seq)
+        block_n = block_n or ag._ws_block_n(head_d, warpgroups)
+        num_buf = num_buf or ag._ws_num_buf(head_d, warpgroups)
         if q_buffers is None:  # as forward: the shipped launch's where it is its schedule
             q_buffers = ag._ws_default_q_buffers(head_d, causal, seq, persistent, dynamic,
                                                  warpgroups, block_n, num_buf)

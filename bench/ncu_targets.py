@@ -103,15 +103,15 @@ CASES: dict[str, tuple[str, str]] = {
         "(0.98-0.99; 0.94 before the masked tile's bounds were constants, 0.85 before o left "
         "by TMA)",
         "_attn_fwd_ws"),
-    # The moonshot's last gap: D = 128 without causal at S = 1280 (0.93-0.94 of cuDNN, key
-    # tiles of 64, persistent, two Q buffers), beside S = 1024 (1.02, the same launch) and
-    # the peer at both
+    # What was the moonshot's last gap: D = 128 without causal at S = 1280 (0.93-0.94 of
+    # cuDNN in key tiles of 64, persistent, two Q buffers; 1.00-1.01 on an H100 in tiles of
+    # 128 since o leaves through a K tile), beside S = 1024 and the peer at both
     "attention_bf16_d128_s1280": ("attention() as routed (the Gluon kernel), bf16, B=12 H=16 "
-                                  "S=1280 D=128, not causal (0.93-0.94 of cuDNN)", "attn"),
+                                  "S=1280 D=128, not causal", "attn"),
     "cudnn_bf16_d128_s1280": ("SDPA's cuDNN backend, bf16, B=12 H=16 S=1280 D=128",
                               "sdpa|fprop"),
     "attention_bf16_d128_s1024": ("attention() as routed (the Gluon kernel), bf16, B=16 H=16 "
-                                  "S=1024 D=128, not causal (1.02 of cuDNN)", "attn"),
+                                  "S=1024 D=128, not causal", "attn"),
     "cudnn_bf16_d128_s1024": ("SDPA's cuDNN backend, bf16, B=16 H=16 S=1024 D=128",
                               "sdpa|fprop"),
 }

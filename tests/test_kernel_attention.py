@@ -354,7 +354,7 @@ def test_the_gluon_candidate_compiles_without_spills_or_serialised_wgmma():
     assert len(rows) == 4  # D = 64 and 128, causal and not
     ws = _gluon_offline("--ws", "--sass")  # warp-specialized: 12 warps at 168 registers fill the SM
     assert len(ws) == 4
-    # and the chained launch at S = 1280 (key tiles of 64, two Q buffers; causal: not chained)
+    # and the chained launch at S = 1280 (key tiles of 128, one Q buffer; causal: not chained)
     chained = _gluon_offline("--ws", "--sass", "--chain", "--dims", "128", "--seq", "1280")
     assert [(r["causal"], r["chained"]) for r in chained] == [(False, True), (True, False)]
     # The softmax multiplies no score by the scale: the row max is of the raw scores and the
@@ -419,12 +419,13 @@ def test_the_gluon_ws_launches_from_the_counter_compile_and_fit():
     for r in rows:
         assert r["shared"] <= 227 * 1024 and not r["serialized"], r
         assert not r["causal"] or r["spill_bytes"] <= _ws_spill_allowed(r), r
-    # and the causal launches below S = 4096, from the counter with two Q buffers, o by TMA:
-    # at D = 64 two warpgroups in key tiles of 128; at D = 128 in key tiles of 64, four K/V
-    # buffers (230 KB of shared memory, within the 227 KB of the SM)
+    # and the causal launches below S = 4096, from the counter: at D = 64 two warpgroups in
+    # key tiles of 128 with two Q buffers; at D = 128 key tiles of 128 in three K/V buffers
+    # with one (224 KB of shared memory, within the 227 KB of the SM; o through a K tile)
     rows = [r for r in _gluon_offline("--ws", "--seq", "1024", "--dims", "64,128") if r["causal"]]
     assert [(r["head_d"], r["warpgroups"], r["block_n"], r["num_buf"], r["dynamic"],
-             r["q_buffers"]) for r in rows] == [(64, 2, 128, 3, True, 2), (128, 2, 64, 4, True, 2)]
+             r["q_buffers"]) for r in rows] == [(64, 2, 128, 3, True, 2),
+                                                (128, 2, 128, 3, True, 1)]
     for r in rows:
         assert r["spill_bytes"] == 0 and not r["serialized"] and r["shared"] <= 227 * 1024, r
 
@@ -550,21 +551,25 @@ def test_gpu_gluon_ws_persistent_launch_matches_oracle(causal: bool, d: int):
     o_ref, _, o_tol, _ = _bounds(q * 8, k, v, torch.bfloat16, causal=causal)
     for wg, q_buffers, dynamic in itertools.product((2, 3, 4) if d == 64 else (2,), (1, 2),
                                                     (False, True)):
-        num_buf = 2 if d == 128 and q_buffers == 2 else None  # 2 Q + 3 K/V: too much smem
+        # D = 128: 2 Q + 3 K/V of 128 keys is too much shared memory; with one Q, o leaves
+        # through each block's last K tile
+        num_buf = 2 if d == 128 and q_buffers == 2 else None
         o = g.attention_gluon.forward(q * 8, k, v, causal=causal, warpgroups=wg,
                                       persistent=True, programs=3, q_buffers=q_buffers,
                                       num_buf=num_buf, dynamic=dynamic)
         err = np.abs(to_numpy(o).astype(np.float64) - o_ref)
         assert np.all(err <= o_tol), (d, wg, q_buffers, dynamic, float(err.max()))
-    if d == 128:  # key tiles of 128 in three K/V buffers: o leaves through each block's last
-        # K tile (16 blocks a program), after every warpgroup's last scores of that block
+    if d == 128:  # D = 128 in key tiles of 64, four K/V buffers and two Q buffers (shipped
+        # below S = 2560 until tiles of 128 won there; forward(block_n=64) runs it): o
+        # leaves through a buffer of its own
         for dynamic in (False, True):
             o = g.attention_gluon.forward(q * 8, k, v, causal=causal, persistent=True,
-                                          programs=3, block_n=128, num_buf=3, q_buffers=1,
+                                          programs=3, block_n=64, num_buf=4, q_buffers=2,
                                           dynamic=dynamic)
             err = np.abs(to_numpy(o).astype(np.float64) - o_ref)
-            assert np.all(err <= o_tol), (d, "o through K", dynamic, float(err.max()))
-    # the shipped launch at this length (causal D = 128: key tiles of 64, two Q buffers)
+            assert np.all(err <= o_tol), (d, "key tiles of 64", dynamic, float(err.max()))
+    # the shipped launch at this length (D = 128: key tiles of 128, three K/V buffers, one Q
+    # buffer, o through each block's last K tile)
     o = g.attention_gluon.forward(q * 8, k, v, causal=causal)
     err = np.abs(to_numpy(o).astype(np.float64) - o_ref)
     assert np.all(err <= o_tol), (d, "shipped", float(err.max()))
@@ -639,23 +644,18 @@ def test_the_gluon_kernel_says_why_a_call_is_not_its_own():
     assert ag._ws_warpgroups(128, 1024) == 2
     assert (ag._ws_block_n(64, 4), ag._ws_num_buf(64, 4), ag._ws_maxnreg(4)) == (64, 4, 96)
     assert (ag._ws_block_n(64, 3), ag._ws_num_buf(64, 3), ag._ws_maxnreg(3)) == (128, 3, 128)
-    # causal D = 128: key tiles of 64 in four buffers with two Q buffers below 2560 (o by
-    # TMA then fits), tiles of 128 in three buffers and one Q from 2560 and without causal
-    short = ag.WS_SHORT_TILES_BELOW
-    full = ag.WS_SHORT_TILES_FULL_BELOW
-    for s, causal, tiles in ((1024, True, (64, 4, 2)), (short - 128, True, (64, 4, 2)),
-                             (short, True, (128, 3, 1)), (full - 128, False, (64, 4, 2)),
-                             (full, False, (128, 3, 1))):
-        assert (ag._ws_block_n(128, 2, causal, s), ag._ws_num_buf(128, 2, causal, s),
-                ag._ws_q_buffers(128, causal, s)) == tiles, (s, causal)
+    # D = 128 runs key tiles of 128 in three K/V buffers with one Q buffer at every length,
+    # causal or not (o then leaves through the block's last K tile)
+    for s, causal in itertools.product((256, 1024, 1536, 2048, 2560, 8192), (False, True)):
+        assert (ag._ws_block_n(128, 2), ag._ws_num_buf(128, 2),
+                ag._ws_q_buffers(128, causal, s)) == (128, 3, 1), (s, causal)
     assert ag._ws_o_tma(128, 2, 64, 4, 2)
     # a launch naming its own ring gets the shipped Q count where it fits beside it, else one
-    assert ag._ws_default_q_buffers(128, True, 1024, True, True, 2, 64, 4) == 2
-    assert ag._ws_default_q_buffers(128, True, 1024, True, True, 2, 128, 3) == 1
-    assert ag._ws_default_q_buffers(128, True, 1024, True, False, 2, 64, 4) == 1  # static
     assert ag._ws_default_q_buffers(64, True, 1024, True, True, 2, 128, 3) == 2
-    assert ag._ws_default_q_buffers(128, False, 1024, True, False, 2, 64, 4) == 2
-    assert ag._ws_default_q_buffers(128, False, 1024, False, False, 2, 64, 4) == 1
+    assert ag._ws_default_q_buffers(64, True, 1024, True, True, 2, 128, 6) == 2  # 225 KB
+    assert ag._ws_default_q_buffers(64, True, 1024, True, True, 2, 128, 8) == 1  # 289 KB
+    assert ag._ws_default_q_buffers(64, True, 1024, True, False, 2, 128, 3) == 1  # static
+    assert ag._ws_default_q_buffers(128, True, 1024, True, True, 2, 64, 4) == 1  # D = 128
     assert ag._ws_persistent(64, False, 4096) and not ag._ws_persistent(64, True, 8192)
     assert ag._ws_dynamic(128, True, 8192) and ag._ws_persistent(128, True, 8192)
     assert not ag._ws_dynamic(128, True, 16384) and not ag._ws_persistent(128, True, 16384)

@@ -11,9 +11,10 @@ others' matmuls run; causal, a warpgroup hands on the turns of key tiles past it
 diagonal. Without causal the launch is persistent: one program per SM walks query blocks,
 the producer loading the next block's tiles during the last one's epilogue; causal below
 S = 16k (D = 128) or 8k (D = 64) too, taking each next block from a counter in global memory
-(blocks differ in length there), and otherwise one program per block. Where shared memory
-has room (D = 64, and causal D = 128 below S = 2560 in key tiles of 64), each block's o
-leaves through a shared buffer by one TMA store.
+(blocks differ in length there), and otherwise one program per block. Each block's o leaves
+by one TMA store: through a shared buffer of its own where shared memory has room (D = 64),
+else through the block's last K tile, free once every warpgroup's last Q K^T is done
+(D = 128, whose three K/V buffers of 128 keys and Q fill 224 of the 227 KB).
 
 Why: the Triton kernel (attention.py) cannot overlap a tile's softmax with matmuls (Triton
 waits for a wgmma at once when its result feeds anything but another wgmma), which held it at
@@ -927,20 +928,18 @@ def _ws_chained(head_d: int, causal: bool, warpgroups: int, persistent: bool,
 
 def _ws_q_buffers(head_d: int, causal: bool, seq: int) -> int:
     """Q buffers of the shipped launch: two where the consumers take causal blocks from the
-    counter at D = 64 (below S = 8192: two or four warpgroups) and at D = 128 in key tiles
-    of 64 (:func:`_ws_short_tiles`), so that the next block's Q
+    counter at D = 64 (below S = 8192: two or four warpgroups), so that the next block's Q
     loads while this block's last tiles run; one elsewhere. On the H200 (bf16, of cuDNN,
     three runs in one call, four warpgroups:
     ``python bench/gluon_attention.py --bench-ws --dims 64 --seqs 1024,2048,4096 --causal yes
     --candidates 8 --schedules 3,4``) two ran 281 / 367-370 / 414-424 TFLOP/s against one's
     272-274 / 359-361 / 409-415 at S = 1024 / 2048 / 4096. At D = 128 two Q buffers do not
-    fit beside three K/V buffers of 128 x 128 (they do beside four of 64); the other
+    fit beside three K/V buffers of 128 x 128 (they do beside four of 64, which D = 128
+    ran below S = 2560 until tiles of 128 won there: :func:`_ws_block_n`); the other
     launches are not persistent or were not measured faster with two. Three (the load warp
     issuing the next block's Q before this block's key tiles) ran 0.92 of cuDNN at S = 1024
     in two warpgroups against two's 0.94 (three runs, twenty-second attention round): not
     kept."""
-    if _ws_short_tiles(head_d, causal, seq):
-        return 2
     return 2 if head_d == 64 and _ws_dynamic(head_d, causal, seq) else 1
 
 
@@ -948,7 +947,7 @@ def _ws_default_q_buffers(head_d: int, causal: bool, seq: int, persistent: bool,
                           dynamic: bool, warpgroups: int, block_n: int, num_buf: int) -> int:
     """Q buffers of a launch that names none: the shipped launch's (:func:`_ws_q_buffers`)
     where it runs the shipped schedule (``persistent`` and ``dynamic`` as shipped), but one
-    where a second would not fit beside the ring the caller chose (at D = 128, three K/V
+    where a second would not fit beside the ring the caller chose (at D = 64, eight K/V
     buffers of 128 keys)."""
     shipped = (persistent == _ws_persistent(head_d, causal, seq)
                and dynamic == _ws_dynamic(head_d, causal, seq))
@@ -958,45 +957,27 @@ def _ws_default_q_buffers(head_d: int, causal: bool, seq: int, persistent: bool,
     return n
 
 
-#: Causal D = 128 below this length runs key tiles of 64 (:func:`_ws_short_tiles`).
-WS_SHORT_TILES_BELOW = 2560
-#: And D = 128 without causal below this one (persistent, two Q buffers).
-WS_SHORT_TILES_FULL_BELOW = 1536
-
-
-def _ws_short_tiles(head_d: int, causal: bool, seq: int) -> bool:
-    """Whether D = 128 runs key tiles of 64 in four K/V buffers with two Q buffers (causal
-    below ``WS_SHORT_TILES_BELOW``; without causal, persistent, below
-    ``WS_SHORT_TILES_FULL_BELOW``: 547 against 527 TFLOP/s at S = 1024, 568 against 584 at
-    2048, one run, ``--bench-ws --dims 128 --causal no --candidates 10 --schedules 1,2``):
-    the same 128 KB of ring as three tiles of 128, which leaves room for the next block's Q
-    and for o to leave by TMA (225 of the 227 KB), and a causal block's short run of tiles
-    (4.5 on average at S = 1024) ends on a diagonal tile half as wide. On the H200 (bf16,
-    twenty-second attention round), causal, through ``attention()``, three runs against
-    tiles of 128 in one call (``AB_RUNS=3 ATTN_ARGS="--dtypes bfloat16 --dims 128 --seqs
-    1024,2048,3072,4096 --causal yes" bash bench/gpu_run.sh attention_ab``):
-    425-426 / 479-500 / 489-495 TFLOP/s at S = 1024 / 2048 / 3072 against 386-388 / 470-486
-    / 501-531, 0.98 / 0.98 / 0.95 of cuDNN against 0.91 / 0.97 / 0.94; at 4096 (``python
-    bench/gluon_attention.py --bench-ws --dims 128 --causal yes --candidates 10 --schedules
-    4``, two runs) 496-497 against 526. Hence tiles of 64 below 2560, between the last
-    length where they won (2048) and the first where they lost (3072)."""
-    below = WS_SHORT_TILES_BELOW if causal else WS_SHORT_TILES_FULL_BELOW
-    return head_d == 128 and seq < below
-
-
-def _ws_block_n(head_d: int, warpgroups: int = 2, causal: bool = False,
-                seq: int = 4096) -> int:
+def _ws_block_n(head_d: int, warpgroups: int = 2) -> int:
     """Key tile of the warp-specialized kernel: 128 (64 query rows per warpgroup leave the
     registers for it), 64 with four consumer warpgroups (112-120 registers each: tiles of
-    128 spill 6.4-8.7 KB) and for short causal D = 128 (:func:`_ws_short_tiles`)."""
-    return 64 if warpgroups == 4 or _ws_short_tiles(head_d, causal, seq) else 128
+    128 spill 6.4-8.7 KB).
+
+    D = 128 ran key tiles of 64 in four K/V buffers with two Q buffers below S = 2560
+    (causal) and 1536 (not), while tiles of 128 had no room for o to leave by TMA. Since o
+    leaves through the block's last K tile (:func:`_ws_o_in_k`), tiles of 128 won at every
+    length: on an H100 (three runs in one call, medians of x cuDNN, ``AB_RUNS=3
+    ATTN_ARGS="--dtypes bfloat16,float16 --dims 128 --seqs 1024,1280,2048 --causal no,yes"
+    bash bench/gpu_run.sh attention_ab``) 1.00-1.05 at S = 1024-2048 against 0.92-1.01,
+    causal 1.00-1.03 against 0.96-0.99 (reports/h200/bench_attention.md, twenty-ninth
+    round)."""
+    return 64 if warpgroups == 4 else 128
 
 
-def _ws_num_buf(head_d: int, warpgroups: int, causal: bool = False, seq: int = 4096) -> int:
-    """K/V buffers in the ring: WS_NUM_BUF, four in key tiles of 64 (four consumers, and
-    short causal D = 128): their tiles take half the room (four consumers at S = 1024: 0.93
-    of cuDNN against 0.91 with three, one run)."""
-    return 4 if _ws_block_n(head_d, warpgroups, causal, seq) == 64 else WS_NUM_BUF
+def _ws_num_buf(head_d: int, warpgroups: int) -> int:
+    """K/V buffers in the ring: WS_NUM_BUF, four in key tiles of 64 (four consumers): their
+    tiles take half the room (four consumers at S = 1024: 0.93 of cuDNN against 0.91 with
+    three, one run)."""
+    return 4 if _ws_block_n(head_d, warpgroups) == 64 else WS_NUM_BUF
 
 
 #: The smallest |scale| the kernel takes: its scores' scale, folded into log2(e), must stay a
@@ -1071,8 +1052,8 @@ def forward(q: Any, k: Any, v: Any, *, causal: bool = False, scale: float | None
     below it unless 3 leave fewer rows past S, and causal below 8192: ``_ws_warpgroups``) and
     ``persistent`` (one program per SM walking the query blocks, instead of one program per
     block; ``programs`` of them instead, for tests; ``q_buffers=2``: the next block's Q loads
-    during this one, shipped where causal blocks come from the counter at D = 64 and at D = 128
-    in key tiles of 64: ``_ws_q_buffers``; left unset, a launch that names its own
+    during this one, shipped where causal blocks come from the counter at D = 64:
+    ``_ws_q_buffers``; left unset, a launch that names its own
     ``block_n`` / ``num_buf`` takes a second Q buffer only where it fits beside that ring;
     ``dynamic``: persistent programs take the next block from a counter, as
     FlashAttention-3's tile scheduler, instead of every P-th; ``chain``: each block's last
@@ -1107,8 +1088,8 @@ def forward(q: Any, k: Any, v: Any, *, causal: bool = False, scale: float | None
     persistent = bool(persistent)
     if dynamic is None:
         dynamic = persistent and _ws_dynamic(d, bool(causal), s)
-    block_n = block_n or _ws_block_n(d, wg, bool(causal), s)
-    num_buf = num_buf or _ws_num_buf(d, wg, bool(causal), s)
+    block_n = block_n or _ws_block_n(d, wg)
+    num_buf = num_buf or _ws_num_buf(d, wg)
     if q_buffers is None:  # the shipped launch's, where it is the shipped schedule and fits
         q_buffers = _ws_default_q_buffers(d, bool(causal), s, persistent, bool(dynamic), wg,
                                           block_n, num_buf)
