@@ -253,7 +253,7 @@ WS_CANDIDATES = (
     # causal, S = 1024-4096, within 1% of four buffers but at S = 1024 (285 against 281
     # TFLOP/s, still below the Triton kernel's 291)
     (64, 64, 8, 96, False, 4),
-    # the D = 128 launch at every length since the twenty-ninth round: key tiles of 128,
+    # the D = 128 launch at every length since the twenty-eighth round: key tiles of 128,
     # P V overlap, o through the block's last K tile (``--candidates 12 --schedules 1,3``
     # timed it against the key tiles of 64 shipped below S = 1536 / 2560 until then)
     (128, 128, 3, 168, True, 2),

@@ -143,7 +143,7 @@ def _interpreting() -> bool:
 
 #: Calls the Gluon kernel covers (attention_gluon.fits: 16-bit, Sq == Sk, no GQA, no mask,
 #: S % 128 == 0, D 64 or 128, no lse, an sm_90 GPU) where it is faster (attention_gluon.pays:
-#: from S = 1024, causal or not) run it, the rest this
+#: from S = 256, causal or not) run it, the rest this
 #: module's kernel. On by default; ``ONLINESM_ATTENTION_GLUON=0`` (or ``use_gluon(False)``)
 #: runs every call on this module's.
 GLUON_ENV = "ONLINESM_ATTENTION_GLUON"

@@ -24,7 +24,7 @@ S >= 4096, bf16 and fp16), and 0.98-1.11 at D = 64 (S >= 2048 without causal, 4k
 reports/h200/bench_attention.md).
 
 Status: on by default. ``attention()`` runs it for the calls it covers (:func:`fits`) where it
-is the faster kernel (:func:`pays`: from S = 1024), unless
+is the faster kernel (:func:`pays`: from S = 256), unless
 ``ONLINESM_ATTENTION_GLUON=0`` (``use_gluon(False)``) or a pinned Triton config
 (``ONLINESM_ATTENTION_CONFIG``) says otherwise. Its oracle tests and ``onlinesm check``
 through ``attention()`` pass on the H200.
@@ -967,8 +967,8 @@ def _ws_block_n(head_d: int, warpgroups: int = 2) -> int:
     leaves through the block's last K tile (:func:`_ws_o_in_k`), tiles of 128 won at every
     length: on an H100 (three runs in one call, medians of x cuDNN, ``AB_RUNS=3
     ATTN_ARGS="--dtypes bfloat16,float16 --dims 128 --seqs 1024,1280,2048 --causal no,yes"
-    bash bench/gpu_run.sh attention_ab``) 1.00-1.05 at S = 1024-2048 against 0.92-1.01,
-    causal 1.00-1.03 against 0.96-0.99 (reports/h200/bench_attention.md, twenty-ninth
+    bash bench/gpu_run.sh attention_ab``) 0.99-1.05 at S = 1024-2048 against 0.92-1.01,
+    causal 1.00-1.03 against 0.96-0.99 (reports/h200/bench_attention.md, twenty-eighth
     round)."""
     return 64 if warpgroups == 4 else 128
 
@@ -1018,9 +1018,15 @@ def fits(q: Any, k: Any, v: Any, *, mask: Any = None, return_lse: bool = False,
 
 
 def pays(q: Any, causal: bool = False) -> bool:
-    """Whether the kernel beats the Triton one for q's shape: from S = 1024, causal or not.
-    Measured on the H200 (bf16, of cuDNN): without causal, persistent, 0.83-0.87 against 0.73
-    at D = 128, S = 1024, 0.98 against 0.91 at D = 64, S = 2048, and 0.93-1.09 against
+    """Whether the kernel beats the Triton one for q's shape: from S = 256, causal or not.
+    On an H100 (bf16, of cuDNN, three runs in one call against the routing from 1024,
+    ``AB_RUNS=3 ATTN_ARGS="--dtypes bfloat16 --dims 64,128 --seqs 256,512,768 --causal
+    no,yes" bash bench/gpu_run.sh attention_ab``), at S = 256 / 512 / 768: D = 128 0.96 /
+    0.94 / 0.98 against the Triton kernel's 0.76 / 0.68 / 0.71, causal 0.96 / 0.91 / 0.95
+    against 0.91 / 0.76 / 0.74; D = 64 0.76 / 0.99 / 0.98 against 0.77 / 0.84 / 0.86,
+    causal 0.96 / 0.87 / 0.94 against 0.88 / 0.86 / 0.84 (reports/h200/bench_attention.md,
+    twenty-eighth round). From S = 1024, measured on the H200 (bf16, of cuDNN): without
+    causal, persistent, 0.83-0.87 against 0.73 at D = 128, S = 1024, 0.98 against 0.91 at D = 64, S = 2048, and 0.93-1.09 against
     0.89-0.94 from 4096 (at D = 64, S = 1024 0.93 in four warpgroups against 0.88, three ran
     0.83-0.87); causal, D = 128 0.83 against 0.74 at S = 1024, 0.90 against 0.77 at 2048
     (medians of 3; the Triton kernel's one run) and 0.95-1.04 from 4096; causal, D = 64,
@@ -1033,7 +1039,7 @@ def pays(q: Any, causal: bool = False) -> bool:
     >>> pays(torch.empty(1, 16, 4096, 128))  # doctest: +SKIP
     True
     """
-    return q.shape[-2] >= 1024
+    return q.shape[-2] >= 256
 
 
 def forward(q: Any, k: Any, v: Any, *, causal: bool = False, scale: float | None = None,
