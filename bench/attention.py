@@ -100,7 +100,7 @@ def _correctness(dtype: Any, d: int, causal: bool) -> dict[str, float]:
 
 def _timed_call_error(o: Any, q: Any, k: Any, v: Any, causal: bool) -> dict[str, float]:
     """:func:`_errors_vs_math` on the first batch's first head of a timed call (``error``,
-    ``flash_error``): the launch that was timed is the one checked (at S >= 1024 the Gluon
+    ``flash_error``): the launch that was timed is the one checked (at S >= 256 the Gluon
     kernel, which the 2 x 8 x 1000 check never runs). One head keeps the float32 reference
     small (1 GB of scores at S = 16k)."""
     import torch
