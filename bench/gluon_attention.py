@@ -295,8 +295,8 @@ def compile_offline(head_d: int, causal: bool, block_n: int | None = None,
             dynamic = ag._ws_dynamic(head_d, causal, seq)
         dynamic = bool(dynamic)
         persistent = bool(persistent) or dynamic
-        block_n = block_n or ag._ws_block_n(head_d, warpgroups)
-        num_buf = num_buf or ag._ws_num_buf(head_d, warpgroups)
+        block_n = block_n or ag._ws_block_n(warpgroups)
+        num_buf = num_buf or ag._ws_num_buf(warpgroups)
         if q_buffers is None:  # as forward: the shipped launch's where it is its schedule
             q_buffers = ag._ws_default_q_buffers(head_d, causal, seq, persistent, dynamic,
                                                  warpgroups, block_n, num_buf)

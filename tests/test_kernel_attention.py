@@ -442,7 +442,7 @@ def test_the_gluon_ws_launch_candidates_compile_without_spills():
         assert r["shared"] <= 227 * 1024, r
     # D = 64 below S = 2048 ships four warpgroups: that launch is among those audited here
     ag, wg = g.attention_gluon, g.attention_gluon._ws_warpgroups(64, 1024)
-    assert (64, ag._ws_block_n(64, wg), ag._ws_num_buf(64, wg), ag._ws_maxnreg(wg),
+    assert (64, ag._ws_block_n(wg), ag._ws_num_buf(wg), ag._ws_maxnreg(wg),
             ag._ws_pv_overlap(64), wg) in g.WS_CANDIDATES
 
 
@@ -643,12 +643,12 @@ def test_the_gluon_kernel_says_why_a_call_is_not_its_own():
     seqs = (1024, 1152, 1280, 1408, 1536, 1664, 1792, 1920, 2048)
     assert [ag._ws_warpgroups(64, s) for s in seqs] == [4, 3, 4, 4, 4, 3, 4, 3, 3]
     assert ag._ws_warpgroups(128, 1024) == 2
-    assert (ag._ws_block_n(64, 4), ag._ws_num_buf(64, 4), ag._ws_maxnreg(4)) == (64, 4, 96)
-    assert (ag._ws_block_n(64, 3), ag._ws_num_buf(64, 3), ag._ws_maxnreg(3)) == (128, 3, 128)
+    assert (ag._ws_block_n(4), ag._ws_num_buf(4), ag._ws_maxnreg(4)) == (64, 4, 96)
+    assert (ag._ws_block_n(3), ag._ws_num_buf(3), ag._ws_maxnreg(3)) == (128, 3, 128)
     # D = 128 runs key tiles of 128 in three K/V buffers with one Q buffer at every length,
     # causal or not (o then leaves through the block's last K tile)
     for s, causal in itertools.product((256, 1024, 1536, 2048, 2560, 8192), (False, True)):
-        assert (ag._ws_block_n(128, 2), ag._ws_num_buf(128, 2),
+        assert (ag._ws_block_n(2), ag._ws_num_buf(2),
                 ag._ws_q_buffers(128, causal, s)) == (128, 3, 1), (s, causal)
     assert ag._ws_o_tma(128, 2, 64, 4, 2)
     # a launch naming its own ring gets the shipped Q count where it fits beside it, else one
@@ -669,7 +669,7 @@ def test_the_gluon_kernel_says_why_a_call_is_not_its_own():
     # ring: every D = 64 launch; not beside D = 128's three K/V buffers of 128 keys
     for s, causal in itertools.product((1024, 2048, 4096, 8192, 16384), (False, True)):
         wg = ag._ws_warpgroups(64, s, causal)
-        assert ag._ws_o_tma(64, wg, ag._ws_block_n(64, wg), ag._ws_num_buf(64, wg),
+        assert ag._ws_o_tma(64, wg, ag._ws_block_n(wg), ag._ws_num_buf(wg),
                             ag._ws_q_buffers(64, causal, s)), (s, causal, wg)
     assert not ag._ws_o_tma(128, 2, 128, 3, 1) and ag._ws_o_tma(128, 2, 128, 2, 1)
     with pytest.raises(ValueError, match="the Gluon attention kernel needs q, k, v of one shape"):

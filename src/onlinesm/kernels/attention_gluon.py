@@ -957,7 +957,7 @@ def _ws_default_q_buffers(head_d: int, causal: bool, seq: int, persistent: bool,
     return n
 
 
-def _ws_block_n(head_d: int, warpgroups: int = 2) -> int:
+def _ws_block_n(warpgroups: int = 2) -> int:
     """Key tile of the warp-specialized kernel: 128 (64 query rows per warpgroup leave the
     registers for it), 64 with four consumer warpgroups (112-120 registers each: tiles of
     128 spill 6.4-8.7 KB).
@@ -973,11 +973,11 @@ def _ws_block_n(head_d: int, warpgroups: int = 2) -> int:
     return 64 if warpgroups == 4 else 128
 
 
-def _ws_num_buf(head_d: int, warpgroups: int) -> int:
+def _ws_num_buf(warpgroups: int) -> int:
     """K/V buffers in the ring: WS_NUM_BUF, four in key tiles of 64 (four consumers): their
     tiles take half the room (four consumers at S = 1024: 0.93 of cuDNN against 0.91 with
     three, one run)."""
-    return 4 if _ws_block_n(head_d, warpgroups) == 64 else WS_NUM_BUF
+    return 4 if _ws_block_n(warpgroups) == 64 else WS_NUM_BUF
 
 
 #: The smallest |scale| the kernel takes: its scores' scale, folded into log2(e), must stay a
@@ -1023,18 +1023,19 @@ def pays(q: Any, causal: bool = False) -> bool:
     ``AB_RUNS=3 ATTN_ARGS="--dtypes bfloat16 --dims 64,128 --seqs 256,512,768 --causal
     no,yes" bash bench/gpu_run.sh attention_ab``), at S = 256 / 512 / 768: D = 128 0.96 /
     0.94 / 0.98 against the Triton kernel's 0.76 / 0.68 / 0.71, causal 0.96 / 0.91 / 0.95
-    against 0.91 / 0.76 / 0.74; D = 64 0.76 / 0.99 / 0.98 against 0.77 / 0.84 / 0.86,
-    causal 0.96 / 0.87 / 0.94 against 0.88 / 0.86 / 0.84 (reports/h200/bench_attention.md,
+    against 0.91 / 0.76 / 0.74; D = 64 0.76 / 0.99 / 0.98 against 0.77 / 0.84 / 0.86, causal
+    0.96 / 0.87 / 0.94 against 0.88 / 0.86 / 0.84 (reports/h200/bench_attention.md,
     twenty-eighth round). From S = 1024, measured on the H200 (bf16, of cuDNN): without
-    causal, persistent, 0.83-0.87 against 0.73 at D = 128, S = 1024, 0.98 against 0.91 at D = 64, S = 2048, and 0.93-1.09 against
-    0.89-0.94 from 4096 (at D = 64, S = 1024 0.93 in four warpgroups against 0.88, three ran
-    0.83-0.87); causal, D = 128 0.83 against 0.74 at S = 1024, 0.90 against 0.77 at 2048
-    (medians of 3; the Triton kernel's one run) and 0.95-1.04 from 4096; causal, D = 64,
-    through ``attention()`` (three runs in one call, since o leaves by TMA): 0.94 / 0.97-0.99
-    / 1.00-1.03 / 1.05-1.10 at S = 1024 / 2048 / 4096 / 8192, where the Triton kernel ran
-    0.86-0.88 at 1024 (reports/h200/bench_attention.md, twenty-first round); since the masked
-    tile's bounds are constants of the warpgroup, 0.98-0.99 / 1.01-1.03 at 1024 / 2048
-    (twenty-second round).
+    causal, persistent, 0.83-0.87 against 0.73 at D = 128, S = 1024, 0.98 against 0.91 at
+    D = 64, S = 2048, and 0.93-1.09 against 0.89-0.94 from 4096 (at D = 64, S = 1024 0.93 in
+    four warpgroups against 0.88, three ran 0.83-0.87); causal, D = 128 0.83 against 0.74 at
+    S = 1024, 0.90 against 0.77 at 2048 (medians of 3; the Triton kernel's one run) and
+    0.95-1.04 from 4096; causal, D = 64, through ``attention()`` (three runs in one call,
+    since o leaves by TMA): 0.94 / 0.97-0.99 / 1.00-1.03 / 1.05-1.10 at S = 1024 / 2048 /
+    4096 / 8192, where the Triton kernel ran 0.86-0.88 at 1024
+    (reports/h200/bench_attention.md, twenty-first round); since the masked tile's bounds
+    are constants of the warpgroup, 0.98-0.99 / 1.01-1.03 at 1024 / 2048 (twenty-second
+    round).
 
     >>> pays(torch.empty(1, 16, 4096, 128))  # doctest: +SKIP
     True
@@ -1094,8 +1095,8 @@ def forward(q: Any, k: Any, v: Any, *, causal: bool = False, scale: float | None
     persistent = bool(persistent)
     if dynamic is None:
         dynamic = persistent and _ws_dynamic(d, bool(causal), s)
-    block_n = block_n or _ws_block_n(d, wg)
-    num_buf = num_buf or _ws_num_buf(d, wg)
+    block_n = block_n or _ws_block_n(wg)
+    num_buf = num_buf or _ws_num_buf(wg)
     if q_buffers is None:  # the shipped launch's, where it is the shipped schedule and fits
         q_buffers = _ws_default_q_buffers(d, bool(causal), s, persistent, bool(dynamic), wg,
                                           block_n, num_buf)
