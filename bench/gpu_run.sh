@@ -191,8 +191,8 @@ for phase in "$@"; do
       done ;;
     gluon_check)
       # The built-in attention on calls the Gluon kernel takes (S = 4096, or GLUON_CHECK_MIN_S
-      # to GLUON_CHECK_MAX_S, from 256; no mask, Sq == Sk; e.g. GLUON_CHECK_MIN_S=1024
-      # GLUON_CHECK_MAX_S=2048 for the launches of short causal rows): the property suite
+      # to GLUON_CHECK_MAX_S, from 256; no mask, Sq == Sk; e.g. GLUON_CHECK_MIN_S=256
+      # GLUON_CHECK_MAX_S=896 for the shortest calls it takes): the property suite
       # through attention().
       # Its oracle is float64 on the CPU: about 450 s for the two dtypes.
       ( cd /tmp && timeout 540 python3 -m onlinesm check onlinesm.kernels:attention --op attention \
