@@ -662,6 +662,13 @@ def test_the_gluon_kernel_says_why_a_call_is_not_its_own():
     assert not ag._ws_dynamic(128, True, 16384) and not ag._ws_persistent(128, True, 16384)
     assert not ag._ws_dynamic(128, False, 4096) and not ag._ws_dynamic(64, False, 4096)
     assert ag._ws_dynamic(64, True, 4096) and not ag._ws_dynamic(64, True, 8192)
+    # without causal at D = 64, S = 256 (one block of four warpgroups per head) the blocks
+    # come from the counter with two Q buffers; a length on either side keeps the static share
+    assert (ag._ws_warpgroups(64, 256), ag._ws_dynamic(64, False, 256),
+            ag._ws_persistent(64, False, 256),
+            ag._ws_q_buffers(64, False, 256)) == (4, True, True, 2)
+    assert not any(ag._ws_dynamic(64, False, s) for s in (128, 384, 512, 1024))
+    assert ag._ws_warpgroups(64, 256, causal=True) == 2
     # two Q buffers where the consumers take causal blocks from the counter at D = 64
     assert [ag._ws_q_buffers(64, True, s) for s in (1024, 2048, 4096, 8192)] == [2, 2, 2, 1]
     assert not any(ag._ws_q_buffers(d, c, 4096) == 2 for d, c in ((64, False), (128, True)))

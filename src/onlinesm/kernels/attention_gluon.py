@@ -902,7 +902,14 @@ def _ws_dynamic(head_d: int, causal: bool, seq: int) -> bool:
     one run: 0.81 against 0.67): the next block's loads start during this one's last tiles,
     where a new program would start cold; at 16,384 1.02 against 1.04. At D = 64 in four
     warpgroups (``--dims 64 --candidates 8 --schedules 0,3``): 0.90 / 0.94 at S = 2048 /
-    4096 against 0.84 / 0.91."""
+    4096 against 0.84 / 0.91. Without causal at D = 64, S = 256 (one 256-row block of four
+    warpgroups per head, where a program's prologue and epilogue weigh as much as its four
+    key tiles): on an H100, through ``attention()``, medians of 3 in one call against
+    a static share, bf16 / fp16 0.91 / 0.92 of cuDNN against 0.76 / 0.78 (with two Q
+    buffers: the next head's Q loads during this one's tiles; one Q buffer, one run: 0.87).
+    Causal there, four warpgroups from the counter ran level with the two shipped (0.96)."""
+    if head_d == 64 and not causal:
+        return seq == 4 * WS_ROWS
     return causal and seq < (16384 if head_d == 128 else 8192)
 
 
@@ -927,10 +934,10 @@ def _ws_chained(head_d: int, causal: bool, warpgroups: int, persistent: bool,
 
 
 def _ws_q_buffers(head_d: int, causal: bool, seq: int) -> int:
-    """Q buffers of the shipped launch: two where the consumers take causal blocks from the
-    counter at D = 64 (below S = 8192: two or four warpgroups), so that the next block's Q
-    loads while this block's last tiles run; one elsewhere. On the H200 (bf16, of cuDNN,
-    three runs in one call, four warpgroups:
+    """Q buffers of the shipped launch: two where the consumers take blocks from the
+    counter at D = 64 (causal below S = 8192, in two or four warpgroups, and S = 256), so
+    that the next block's Q loads while this block's last tiles run; one elsewhere. On the
+    H200 (bf16, of cuDNN, three runs in one call, four warpgroups:
     ``python bench/gluon_attention.py --bench-ws --dims 64 --seqs 1024,2048,4096 --causal yes
     --candidates 8 --schedules 3,4``) two ran 281 / 367-370 / 414-424 TFLOP/s against one's
     272-274 / 359-361 / 409-415 at S = 1024 / 2048 / 4096. At D = 128 two Q buffers do not
