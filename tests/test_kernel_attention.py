@@ -371,11 +371,11 @@ def test_the_gluon_candidate_compiles_without_spills_or_serialised_wgmma():
         # chained, o leaves inside the turn of the next block's first scores, and only there
         assert any(_stores_o(t) for t in r["turns"]) == r["chained"], r
     # the shipped launches (at S = 4096): D = 64 in 3 consumers, causal in 4 with key tiles
-    # of 64; persistent without causal, and causal with its blocks from the counter
+    # of 64; all persistent, their blocks from the counter but D = 128's without causal
     assert [(r["head_d"], r["causal"], r["warpgroups"], r["block_n"]) for r in ws] == [
         (64, False, 3, 128), (64, True, 4, 64), (128, False, 2, 128), (128, True, 2, 128)]
     assert all(r["persistent"] for r in ws)
-    assert [r["dynamic"] for r in ws] == [r["causal"] for r in ws]
+    assert [r["dynamic"] for r in ws] == [r["head_d"] == 64 or r["causal"] for r in ws]
     # chained blocks (the last P V beside the next first Q K^T) where the shipped launch has
     # them; chained, each warpgroup stores o in one turn
     ag = _gluon_module().attention_gluon
@@ -660,18 +660,19 @@ def test_the_gluon_kernel_says_why_a_call_is_not_its_own():
     assert ag._ws_persistent(64, False, 4096) and not ag._ws_persistent(64, True, 8192)
     assert ag._ws_dynamic(128, True, 8192) and ag._ws_persistent(128, True, 8192)
     assert not ag._ws_dynamic(128, True, 16384) and not ag._ws_persistent(128, True, 16384)
-    assert not ag._ws_dynamic(128, False, 4096) and not ag._ws_dynamic(64, False, 4096)
-    assert ag._ws_dynamic(64, True, 4096) and not ag._ws_dynamic(64, True, 8192)
-    # without causal at D = 64, S = 256 (one block of four warpgroups per head) the blocks
-    # come from the counter with two Q buffers; a length on either side keeps the static share
-    assert (ag._ws_warpgroups(64, 256), ag._ws_dynamic(64, False, 256),
-            ag._ws_persistent(64, False, 256),
-            ag._ws_q_buffers(64, False, 256)) == (4, True, True, 2)
-    assert not any(ag._ws_dynamic(64, False, s) for s in (128, 384, 512, 1024))
-    assert ag._ws_warpgroups(64, 256, causal=True) == 2
-    # two Q buffers where the consumers take causal blocks from the counter at D = 64
+    assert not ag._ws_dynamic(128, False, 4096) and ag._ws_dynamic(64, True, 4096)
+    assert not ag._ws_dynamic(64, True, 8192) and ag._ws_persistent(64, True, 4096)
+    # without causal at D = 64 the blocks come from the counter with two Q buffers at every
+    # length (three or four warpgroups); at D = 128 from the static share, with one
+    for s in (256, 384, 1024, 2048, 4096, 16384):
+        assert (ag._ws_dynamic(64, False, s), ag._ws_persistent(64, False, s),
+                ag._ws_q_buffers(64, False, s)) == (True, True, 2), s
+        assert (ag._ws_dynamic(128, False, s), ag._ws_persistent(128, False, s),
+                ag._ws_q_buffers(128, False, s)) == (False, True, 1), s
+    assert ag._ws_warpgroups(64, 256) == 4 and ag._ws_warpgroups(64, 256, causal=True) == 2
+    # causal, two Q buffers where the consumers take blocks from the counter at D = 64
     assert [ag._ws_q_buffers(64, True, s) for s in (1024, 2048, 4096, 8192)] == [2, 2, 2, 1]
-    assert not any(ag._ws_q_buffers(d, c, 4096) == 2 for d, c in ((64, False), (128, True)))
+    assert ag._ws_q_buffers(128, True, 4096) == 1
     # o leaves by TMA through a shared buffer per consumer where it fits beside Q and the
     # ring: every D = 64 launch; not beside D = 128's three K/V buffers of 128 keys
     for s, causal in itertools.product((1024, 2048, 4096, 8192, 16384), (False, True)):

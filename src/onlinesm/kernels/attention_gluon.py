@@ -880,7 +880,8 @@ def _ws_warpgroups(head_d: int, seq: int = 4096, causal: bool = False) -> int:
 
 def _ws_persistent(head_d: int, causal: bool, seq: int) -> bool:
     """Whether the shipped launch is persistent (one program per SM walking query blocks):
-    without causal, blocks i, i + SMs, ..., where on the H200 (bf16, of cuDNN, one run) it
+    without causal, blocks i, i + SMs, ... at D = 128 (at D = 64 from the counter:
+    :func:`_ws_dynamic`), where on the H200 (bf16, of cuDNN, one run) it
     ran 0.85-0.87 against 0.71-0.76 at S = 1024, 1.01 against 0.94 at D = 64, S = 4096, and
     1.08 against 0.98 at 16,384 (no loss at D = 128 from 4096); causal, where the blocks
     come from the counter (:func:`_ws_dynamic`). Causal blocks differ in length, and in a
@@ -891,25 +892,32 @@ def _ws_persistent(head_d: int, causal: bool, seq: int) -> bool:
 
 def _ws_dynamic(head_d: int, causal: bool, seq: int) -> bool:
     """Whether the shipped launch is persistent with its blocks taken from a counter, in the
-    order one program per block runs them (as FlashAttention-3's tile scheduler): causal at
-    D = 128 below S = 16,384 and at D = 64 below 8192. At D = 64, S = 8192 three warpgroups
-    from the counter with two Q buffers ran 1.08-1.11 of cuDNN against one program per
-    block's 1.05-1.06 (two runs, twenty-first round), but spill 124-304 bytes: not shipped.
-    At D = 128 (H200, bf16,
-    of cuDNN, medians of 3 in one run: ``python bench/gluon_attention.py --bench-ws
-    --shipped-only --causal yes --dims 128 --schedules 0,3``) it ran 0.85 / 0.95 / 0.99 at
-    S = 2048 / 4096 / 8192 against one program per block's 0.79 / 0.92 / 0.98 (S = 1024,
-    one run: 0.81 against 0.67): the next block's loads start during this one's last tiles,
-    where a new program would start cold; at 16,384 1.02 against 1.04. At D = 64 in four
-    warpgroups (``--dims 64 --candidates 8 --schedules 0,3``): 0.90 / 0.94 at S = 2048 /
-    4096 against 0.84 / 0.91. Without causal at D = 64, S = 256 (one 256-row block of four
-    warpgroups per head, where a program's prologue and epilogue weigh as much as its four
-    key tiles): on an H100, through ``attention()``, medians of 3 in one call against
-    a static share, bf16 / fp16 0.91 / 0.92 of cuDNN against 0.76 / 0.78 (with two Q
-    buffers: the next head's Q loads during this one's tiles; one Q buffer, one run: 0.87).
-    Causal there, four warpgroups from the counter ran level with the two shipped (0.96)."""
+    order one program per block runs them (as FlashAttention-3's tile scheduler): at D = 64
+    without causal at every length, and causal at D = 128 below S = 16,384 and at D = 64
+    below 8192.
+
+    Without causal at D = 64, with two Q buffers (:func:`_ws_q_buffers`: the next block's Q
+    loads during this one's last tiles), against the static share i, i + SMs, ...: on an
+    H100, through ``attention()``, medians of 3 in one call, bf16 / fp16: S = 256
+    0.76 / 0.78 of cuDNN → 0.91 / 0.92 (each head one 256-row block, whose prologue and
+    epilogue weigh as much as its four key tiles), 512 +6.5 / +5.4%, 640 +10.4 / +9.8%,
+    768 +3.7 / +2.1%, 1152-4096 +1.8-6.9%; 384, 896 and 8192 level (-1.0 to +1.8%), and
+    12,288 / 16,384 level in two runs of ``--bench-ws --shipped-only --schedules 1,4``. One
+    Q buffer from the counter gained less (S = 256: 0.87 against 0.91, one run).
+
+    Causal at D = 64, S = 8192 three warpgroups from the counter with two Q buffers ran
+    1.08-1.11 of cuDNN against one program per block's 1.05-1.06 (two runs, twenty-first
+    round), but spill 124-304 bytes: not shipped. At D = 128 (H200, bf16, of cuDNN, medians
+    of 3 in one run: ``python bench/gluon_attention.py --bench-ws --shipped-only --causal
+    yes --dims 128 --schedules 0,3``) it ran 0.85 / 0.95 / 0.99 at S = 2048 / 4096 / 8192
+    against one program per block's 0.79 / 0.92 / 0.98 (S = 1024, one run: 0.81 against
+    0.67): the next block's loads start during this one's last tiles, where a new program
+    would start cold; at 16,384 1.02 against 1.04. At D = 64 in four warpgroups (``--dims
+    64 --candidates 8 --schedules 0,3``): 0.90 / 0.94 at S = 2048 / 4096 against 0.84 /
+    0.91; at S = 256 four warpgroups from the counter ran level with the two shipped
+    (0.96)."""
     if head_d == 64 and not causal:
-        return seq == 4 * WS_ROWS
+        return True
     return causal and seq < (16384 if head_d == 128 else 8192)
 
 
@@ -935,9 +943,9 @@ def _ws_chained(head_d: int, causal: bool, warpgroups: int, persistent: bool,
 
 def _ws_q_buffers(head_d: int, causal: bool, seq: int) -> int:
     """Q buffers of the shipped launch: two where the consumers take blocks from the
-    counter at D = 64 (causal below S = 8192, in two or four warpgroups, and S = 256), so
-    that the next block's Q loads while this block's last tiles run; one elsewhere. On the
-    H200 (bf16, of cuDNN, three runs in one call, four warpgroups:
+    counter at D = 64 (causal below S = 8192, in two or four warpgroups; without causal at
+    every length), so that the next block's Q loads while this block's last tiles run; one
+    elsewhere. Causal on the H200 (bf16, of cuDNN, three runs in one call, four warpgroups:
     ``python bench/gluon_attention.py --bench-ws --dims 64 --seqs 1024,2048,4096 --causal yes
     --candidates 8 --schedules 3,4``) two ran 281 / 367-370 / 414-424 TFLOP/s against one's
     272-274 / 359-361 / 409-415 at S = 1024 / 2048 / 4096. At D = 128 two Q buffers do not
