@@ -266,6 +266,16 @@ def test_the_cli_accepts_the_long_profile_name(capsys) -> None:
     assert "profile='fast' is unknown" in capsys.readouterr().err
 
 
+
+def test_a_misspelt_dtype_is_one_line_that_names_the_spellings(capsys) -> None:
+    assert main(["check", "onlinesm.reference:softmax_offline", "--op", "softmax",
+                 "--dtypes", "bf16x"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert "dtypes='bf16x' is not a floating-point dtype" in err
+    assert "bf16, fp32, fp16, fp64" in err and err.count("bf16x") == 1, err
+
+
 # ---------------------------------------------------------------------------------------------
 # 9. A kernel's own noise (a compiler writing to fd 2) is one line and a log file
 

@@ -518,6 +518,6 @@ def split_keywords(keywords: dict[str, Any]) -> tuple[Conventions, Domain, RunOp
 def _dtype_name(name: str, value: Any) -> str:
     try:
         return resolve(value).name
-    except (TypeError, ValueError, KeyError) as err:
+    except (TypeError, ValueError, KeyError):
         raise ValueError(f"{name}={value!r} is not a floating-point dtype; use float32, "
-                         f"bfloat16, float16 or float64 ({err})") from None
+                         "bfloat16, float16 or float64 (or bf16, fp32, fp16, fp64)") from None
