@@ -84,8 +84,9 @@ def describe_array(a: Any) -> str:
 
 
 def _call_with_timeout(fn: Callable[[], Any], timeout: float | None) -> tuple[bool, Any, BaseException | None]:
-    """Run fn() on a helper thread; (finished, result, exception). A hung call is left behind."""
-    if timeout is None:
+    """Run fn() on a helper thread; (finished, result, exception). A hung call is left behind.
+    A timeout past what a thread's wait takes (``--deadline inf``) waits without a limit."""
+    if timeout is None or timeout >= threading.TIMEOUT_MAX:
         try:
             return True, fn(), None
         except BaseException as err:  # noqa: BLE001 - reported to the user, never swallowed
@@ -216,7 +217,7 @@ class Kernel:
         out.close()
         if not finished:
             self.hung = what
-            raise KernelError("hung", f"{self.name} did not return within {deadline:.0f} s on {what} "
+            raise KernelError("hung", f"{self.name} did not return within {deadline:g} s on {what} "
                               "(a hang; raise the deadline with --deadline SECONDS if the kernel is "
                               f"just slow){note}", detail="did not return", what=what)
         self._seen_variants.add(variant)
