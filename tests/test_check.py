@@ -233,7 +233,7 @@ def test_bad_options_are_usage_errors_naming_the_value() -> None:
         check_softmax(gallery.correct_online, properties=["acuracy"], **FAST)
     with pytest.raises(ValueError, match="fully_masked='zero'"):
         check_softmax(gallery.correct_online, fully_masked="zero", **FAST)
-    with pytest.raises(ValueError, match="dtype='int8'"):
+    with pytest.raises(ValueError, match="dtypes='int8' is not a floating-point dtype"):
         check_softmax(gallery.correct_online, dtypes=["int8"], **FAST)
 
 

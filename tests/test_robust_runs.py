@@ -286,6 +286,23 @@ def test_a_misspelt_dtype_is_one_line_that_names_the_spellings(capsys) -> None:
     assert "bf16, fp32, fp16, fp64" in err and err.count("bf16x") == 1, err
 
 
+
+@pytest.mark.parametrize("flags, words", [
+    (["--properties="], "leaves no property to run"),
+    (["--properties", "regression"], "give it with --baseline TARGET"),
+    (["--properties", "accuracy_statistical", "--no-statistical"], "drop one of them"),
+])
+def test_a_selection_that_runs_no_property_is_a_usage_error(flags, words, capsys) -> None:
+    # not PASSED over an empty table: nothing was tested
+    assert main(["check", "onlinesm.reference:softmax_offline", "--op", "softmax", "--backend",
+                 "numpy", "--dtypes", "float32", "--max-examples", "3", "--seed", "0", "-q",
+                 *flags]) == 2
+    captured = capsys.readouterr()
+    err = captured.err.strip()
+    assert words in err and len(err.splitlines()) == 1, err
+    assert "PASSED" not in captured.out
+
+
 # ---------------------------------------------------------------------------------------------
 # 9. A kernel's own noise (a compiler writing to fd 2) is one line and a log file
 

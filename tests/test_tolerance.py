@@ -427,7 +427,7 @@ def test_underflow_is_legitimate() -> None:
 def test_numerics_validation_and_describe() -> None:
     with pytest.raises(ValueError, match="exp='fastest'"):
         Numerics(exp="fastest")
-    with pytest.raises(ValueError, match="dtype='int8'"):
+    with pytest.raises(ValueError, match="accumulate='int8' is not a floating-point dtype"):
         Numerics(accumulate="int8")
     n = Numerics(accumulate="fp32", exp="correctly_rounded", p_dtype="bf16")
     assert n.accumulate == "float32" and n.exp == "exact" and n.p_dtype == "bfloat16"

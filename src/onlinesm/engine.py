@@ -472,12 +472,26 @@ def _db_path(kernel: Kernel, op: str, prop: str, dtype: str) -> Path:
 _STATISTICAL = ("accuracy_statistical", "regression")
 
 
-def _selected(registry: dict[str, Any], options: RunOptions) -> tuple[list[str], dict[str, str]]:
+def _selected(registry: dict[str, Any], options: RunOptions,
+              baseline: bool) -> tuple[list[str], dict[str, str]]:
+    """The Hypothesis properties to run and the waived ones; UsageError for an unknown name,
+    for ``regression`` named without a baseline, and for a selection that runs nothing."""
     names = list(registry) if options.properties is None else list(options.properties)
     known = list(registry) + list(_STATISTICAL)
     for n in names + list(options.skip):
         if n not in known:
             raise UsageError(f"unknown property {n!r}; the properties are: {', '.join(known)}")
+    if "regression" in (options.properties or ()) and not baseline:
+        raise UsageError("properties names 'regression', which compares with an older kernel: "
+                         "give it with --baseline TARGET (baseline= in the API)")
+    statistical = [n for n in names if n in _STATISTICAL
+                   and (n == "regression" or options.statistical)]
+    if not [n for n in names if n in registry] + statistical:
+        if "accuracy_statistical" in names:
+            raise UsageError("properties names only 'accuracy_statistical', which "
+                             "--no-statistical (statistical=False) turns off; drop one of them")
+        raise UsageError(f"properties={list(options.properties or ())!r} leaves no property to "
+                         f"run; name one or more of: {', '.join(known)}")
     return [n for n in names if n in registry], dict(options.skip)
 
 
@@ -638,7 +652,7 @@ def _run(fn: Callable[..., Any], op: str, conventions: Conventions, domain: Doma
          progress: Callable[[str], None] | None, baseline: Callable[..., Any] | None = None,
          baseline_name: str | None = None) -> CheckResult:
     registry = SOFTMAX_PROPERTIES if op == "softmax" else ATTENTION_PROPERTIES
-    names, waive = _selected(registry, options)
+    names, waive = _selected(registry, options, baseline is not None)
     if op == "attention":
         _check_keywords(fn, domain)
     kernel = Kernel(fn, op=op, backend=options.backend, device=options.device, name=name,
