@@ -102,6 +102,14 @@ def test_bad_target_exits_2_with_one_line(tmp_path, capsys):
     assert not (tmp_path / "r").exists()
 
 
+@pytest.mark.parametrize("flag", ["--head-dim", "--fa3-seq", "--heads", "--seeds"])
+def test_a_zero_size_is_refused_not_replaced_by_the_default(flag, tmp_path, capsys):
+    code = main(["report", "--out", str(tmp_path / "r"), flag, "0", "--no-plots", "-q"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and f"{flag}=0 must be at least 1" in err and len(err.splitlines()) == 1, err
+    assert not (tmp_path / "r").exists()
+
+
 def test_target_without_op_exits_2(tmp_path, kernels_file, capsys):
     assert main(["report", f"{kernels_file}:good_softmax", "--out", str(tmp_path / "r")]) == 2
     assert "--op" in capsys.readouterr().err

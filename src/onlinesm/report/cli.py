@@ -92,15 +92,17 @@ def _settings(args: argparse.Namespace, device: str) -> Any:
             raise ValueError(f"--attention-families {fam!r} is not an attention family; choose "
                              f"from {', '.join(ATTENTION_FAMILIES)}")
     seeds = args.seeds if args.seeds is not None else (6 if args.thorough else 2)
+    head_dim = 64 if args.head_dim is None else args.head_dim  # 0 is an error, not the default
+    fa3_seq = 1 if args.fa3_seq is None else args.fa3_seq
     for name, value in (("--seeds", seeds), ("--rows", args.rows), ("--heads", args.heads),
-                        ("--head-dim", args.head_dim or 64)):
+                        ("--head-dim", head_dim), ("--fa3-seq", fa3_seq)):
         if value < 1:
             raise ValueError(f"{name}={value} must be at least 1")
     kw: dict[str, Any] = dict(dtypes=dtypes, seeds=seeds, seed=args.seed, rows=args.rows,
                               families=tuple(args.families) if args.families else None,
                               attention_families=(tuple(args.attention_families)
                                                   if args.attention_families else None),
-                              heads=args.heads, head_dim=args.head_dim or 64, device=device,
+                              heads=args.heads, head_dim=head_dim, device=device,
                               fa3=not args.no_fa3)
     if args.thorough:
         kw.update(lengths=THOROUGH_LENGTHS, seqs=THOROUGH_SEQS, fa3_seeds=3)
@@ -112,7 +114,7 @@ def _settings(args: argparse.Namespace, device: str) -> Any:
         if min(args.seqs) < 1:
             raise ValueError(f"--seqs {args.seqs} must all be >= 1")
         kw["seqs"] = tuple(args.seqs)
-    seq = args.fa3_seq or (128 if device == "cpu" else 2048)
+    seq = args.fa3_seq if args.fa3_seq is not None else (128 if device == "cpu" else 2048)
     kw["fa3_shape"] = (1, 2, seq, 64) if device == "cpu" else (1, 8, seq, 128)
     return Settings(**kw)
 
