@@ -205,6 +205,21 @@ def test_replay_of_an_intact_file_still_works(tmp_path: Path, capsys) -> None:
     assert "now holds" in capsys.readouterr().out
 
 
+def _refuses_to_run(x):
+    raise RuntimeError("this kernel is not the one saved")
+
+
+def test_replay_on_another_target_names_that_target(tmp_path: Path, monkeypatch, capsys) -> None:
+    # the message names the kernel that ran (--target), not the one the file was saved from
+    monkeypatch.setattr(sys.modules[__name__], "other_kernel", _refuses_to_run, raising=False)
+    path = _saved_counterexample(tmp_path)
+    assert main(["replay", str(path), "--target", f"{__name__}:other_kernel",
+                 "--device", "cpu"]) == 1
+    out = capsys.readouterr().out
+    assert f"{__name__}:other_kernel raised RuntimeError" in out, out
+    assert "softmax_offline" not in out, out
+
+
 # ---------------------------------------------------------------------------------------------
 # 6. One contract breach is reported once, with the properties it broke
 
@@ -301,6 +316,29 @@ def test_a_selection_that_runs_no_property_is_a_usage_error(flags, words, capsys
     err = captured.err.strip()
     assert words in err and len(err.splitlines()) == 1, err
     assert "PASSED" not in captured.out
+
+
+
+def _softmax_kernel(x, dim=-1):
+    return torch.softmax(x, dim)
+
+
+def _attention_kernel(q, k, v, causal=False, scale=None):
+    return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=scale)
+
+
+@pytest.mark.parametrize("fn, op, words", [
+    (_softmax_kernel, "attention", "for a softmax kernel use --op softmax"),
+    (_attention_kernel, "softmax", "for an attention kernel use --op attention"),
+])
+def test_a_kernel_checked_as_the_other_op_is_told_so(fn, op, words, monkeypatch, capsys) -> None:
+    # not a chain of hints about --no-mask, --no-causal or wrapping the kernel
+    monkeypatch.setattr(sys.modules[__name__], "kernel_under_test", fn, raising=False)
+    assert main(["check", f"{__name__}:kernel_under_test", "--op", op, "--dtypes", "float32",
+                 "--max-examples", "3", "--seed", "0", "-q"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert words in err and len(err.splitlines()) == 1, err
+    assert "--no-mask" not in err and "wrap" not in err, err
 
 
 # ---------------------------------------------------------------------------------------------

@@ -119,6 +119,23 @@ def test_cli_baseline_one_command(capsys, monkeypatch, tmp_path) -> None:  # typ
     assert code == 1 and "regression" in out and "new/old" in out, out
 
 
+def _baseline_that_raises(x):  # type: ignore[no-untyped-def]
+    raise RuntimeError("the old build is gone")
+
+
+def test_a_baseline_that_cannot_run_is_a_usage_error_not_a_regression(capsys, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    # the new kernel did not regress: the comparison could not be made
+    monkeypatch.setattr(sys.modules[__name__], "old_kernel", _baseline_that_raises, raising=False)
+    code = cli.main(["check", "onlinesm.reference:softmax_offline", "--op", "softmax",
+                     "--backend", "numpy", "--dtypes", "float32", "--properties",
+                     "regression", "--baseline", f"{__name__}:old_kernel", "--seed", "0", "-q"])
+    captured = capsys.readouterr()
+    err = captured.err.strip()
+    assert code == 2 and len(err.splitlines()) == 1, err
+    assert f"the baseline {__name__}:old_kernel raised RuntimeError" in err, err
+    assert "FAILED" not in captured.out
+
+
 def test_bad_regression_factor_is_a_usage_error() -> None:
     with pytest.raises(ValueError, match="regression_factor"):
         RunOptions(regression_factor=0.5)

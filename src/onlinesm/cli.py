@@ -136,7 +136,8 @@ def _run_replay(args: argparse.Namespace) -> int:
     try:
         device = select_device(kw.get("device"))
         fn = load_target(args.target) if args.target else None
-        holds, message = replay(args.file, fn, device=device, deadline=kw.get("deadline"))
+        holds, message = replay(args.file, fn, device=device, deadline=kw.get("deadline"),
+                                name=args.target)
     except (TargetError, UsageError, ValueError) as err:
         return _error(str(err))
     print(("PASSED: " if holds else "FAILED: ") + message)

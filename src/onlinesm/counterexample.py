@@ -149,11 +149,13 @@ def _decode_field(path: str | Path, name: str, value: Any) -> Any:
 
 
 def replay(path: str | Path, fn: Callable[..., Any] | None = None, *, device: str | None = None,
-           backend: str | None = None, deadline: float | None = None) -> tuple[bool, str]:
+           backend: str | None = None, deadline: float | None = None,
+           name: str | None = None) -> tuple[bool, str]:
     """Re-run the saved property on the saved input: (holds now, message).
 
     ``fn`` defaults to the kernel named by the file's target (a kernel that cannot be imported
-    by name is passed here instead).
+    by name is passed here instead). ``name``: what the message calls the kernel (the saved
+    kernel's name by default; ``onlinesm replay FILE --target T`` passes T).
     """
     from onlinesm.harness import AttentionInputs, Kernel, KernelError
     from onlinesm.properties import (ATTENTION_PROPERTIES, SOFTMAX_PROPERTIES, Conventions,
@@ -181,8 +183,8 @@ def replay(path: str | Path, fn: Callable[..., Any] | None = None, *, device: st
     backend = backend or record.get("backend")  # the kernel is called as it was when it failed
     if backend not in (None, "torch", "numpy"):
         raise ValueError(f"{path}: backend={backend!r} is not a backend; expected torch or numpy")
-    kernel = Kernel(fn, op=record["op"], device=device, backend=backend, name=record["kernel"],
-                    deadline=deadline)
+    kernel = Kernel(fn, op=record["op"], device=device, backend=backend,
+                    name=name or record["kernel"], deadline=deadline)
     try:
         if record["op"] == "softmax":
             SOFTMAX_PROPERTIES[record["property"]](kernel, inputs["x"], conv)

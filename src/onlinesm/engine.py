@@ -49,7 +49,8 @@ from onlinesm.declarations import PROFILES, Conventions, Domain, RunOptions
 from onlinesm.dtypes import resolve
 from onlinesm.errors import UsageError
 from onlinesm.failures import shrink_and_save
-from onlinesm.harness import AttentionInputs, Kernel, KernelError, accepts_keyword
+from onlinesm.harness import (AttentionInputs, Kernel, KernelError, accepts_keyword,
+                              positional_arguments)
 from onlinesm.properties import ATTENTION_PROPERTIES, SOFTMAX_PROPERTIES, PropertyFailure, Untested
 from onlinesm.results import CheckResult, Failure, PropertyOutcome
 
@@ -146,7 +147,7 @@ def first_call(kernel: Kernel, op: str, domain: Domain, *, command: str = "check
         if err.kind in _TESTABLE or err.kind == "refused":
             return  # it runs (the properties report the breach) or refuses: both testable
         raise UsageError(f"nothing could be tested: {err}"
-                         + (_signature_hint(op, err) or _other_dtypes_hint(kernel, op, domain, err)
+                         + (_signature_hint(op, err, kernel.fn) or _other_dtypes_hint(kernel, op, domain, err)
                             or _other_shapes_hint(kernel, op, domain, err, command))) from None
     if not np.all(np.isfinite(out.astype(np.float64))):
         raise UsageError(f"nothing could be tested: {kernel.name} returned non-finite values for "
@@ -158,12 +159,17 @@ _SIGNATURE_ERRORS = re.compile(r"raised TypeError: .*(missing \d+ required|unexp
                                r"argument|takes \d+ positional argument|positional arguments? but)")
 
 
-def _signature_hint(op: str, err: KernelError) -> str:
+def _signature_hint(op: str, err: KernelError, fn: Callable[..., Any]) -> str:
     """When the call itself did not fit the kernel's signature (the Triton tutorial's
     ``attention(q, k, v, causal, sm_scale)``, an ``autograd.Function.apply``): the form
-    onlinesm calls, and the two ways to meet it, as a sentence to append."""
+    onlinesm calls, and the two ways to meet it, as a sentence to append; for a softmax
+    check of a kernel that needs three tensors, that it looks like an attention kernel."""
     if err.kind != "raised" or not _SIGNATURE_ERRORS.search(err.detail):
         return ""
+    takes = positional_arguments(fn)
+    if op == "softmax" and takes is not None and takes[0] >= 3:
+        return (f"; it needs {takes[0]} positional arguments, as an attention kernel's q, k, v "
+                "do: for an attention kernel use --op attention")
     if op == "softmax":
         return ("; onlinesm calls a softmax kernel as fn(x), over x's last dim: wrap a kernel "
                 "called otherwise, e.g. def sm(x): return kernel(x, -1)")
@@ -282,7 +288,14 @@ def _runs(kernel: Kernel, op: str, domain: Domain) -> bool:
 
 
 def _check_keywords(fn: Callable[..., Any], domain: Domain) -> None:
-    """A kernel whose signature lacks a keyword the declared domain uses: say which flag fits."""
+    """A kernel whose signature lacks a keyword the declared domain uses: say which flag fits;
+    one that cannot take q, k, v: say it looks like a softmax kernel."""
+    takes = positional_arguments(fn)
+    if takes is not None and takes[1] is not None and takes[1] < 3:
+        name = getattr(fn, "__name__", repr(fn))
+        raise UsageError(f"{name} takes at most {takes[1]} positional argument"
+                         f"{'s' if takes[1] != 1 else ''}, and onlinesm calls an attention kernel "
+                         "as fn(q, k, v, ...): for a softmax kernel use --op softmax")
     for keyword, allowed, flag, api in (("mask", domain.allow_mask, "--no-mask", "allow_mask=False"),
                                         ("causal", domain.allow_causal, "--no-causal",
                                          "allow_causal=False")):
@@ -664,6 +677,14 @@ def _run(fn: Callable[..., Any], op: str, conventions: Conventions, domain: Doma
         baseline, op=op, backend=options.backend, device=options.device,
         name=baseline_name or getattr(baseline, "__name__", "baseline"), deadline=options.deadline,
         compile_allowance=options.compile_allowance, refusals=domain.unsupported, domain=domain)
+    if old is not None:  # a baseline that cannot run is a usage error, not a regression
+        try:
+            if op == "attention":
+                _check_keywords(old.fn, domain)
+            first_call(old, op, domain)
+        except UsageError as err:
+            why = str(err).removeprefix("nothing could be tested: ")
+            raise UsageError(f"nothing could be tested: the baseline {why}") from None
     say = progress or (lambda _msg: None)
     state = _RunState()
     outcomes: list[PropertyOutcome] = []

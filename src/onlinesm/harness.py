@@ -41,7 +41,7 @@ from onlinesm.dtypes import resolve, same_bits, to_numpy, to_torch
 from onlinesm.errors import UsageError
 
 __all__ = ["Kernel", "KernelError", "AttentionInputs", "describe_array", "accepts_keyword",
-           "hung_threads_alive", "hung_call_count"]
+           "positional_arguments", "hung_threads_alive", "hung_call_count"]
 
 
 class KernelError(Exception):
@@ -359,6 +359,25 @@ def accepts_keyword(fn: Callable[..., Any], name: str) -> bool | None:
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
         return None
     return False
+
+
+def positional_arguments(fn: Callable[..., Any]) -> tuple[int, int | None] | None:
+    """(required, most) positional arguments ``fn`` takes; most None with ``*args``; None
+    when it has no signature. Tells a softmax kernel (one tensor) from an attention kernel
+    (q, k, v) before the first call.
+
+    >>> positional_arguments(lambda q, k, v, causal=False: q)
+    (3, 4)
+    """
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return None
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    positional = [p for p in params if p.kind in kinds]
+    required = sum(p.default is inspect.Parameter.empty for p in positional)
+    star = any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in params)
+    return required, None if star else len(positional)
 
 
 def _changed(before: np.ndarray, after: Any, name: str, show: int = 3) -> str:
