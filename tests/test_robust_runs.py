@@ -341,6 +341,23 @@ def test_a_kernel_checked_as_the_other_op_is_told_so(fn, op, words, monkeypatch,
     assert "--no-mask" not in err and "wrap" not in err, err
 
 
+
+@pytest.mark.parametrize("argv, words", [
+    (["check", "m:f", "--max-exampels", "3"],
+     "unrecognized arguments: --max-exampels 3; did you mean --max-examples? "
+     "(`onlinesm check --help` lists the options)"),
+    (["report", "--no-plost"], "did you mean --no-plots? (`onlinesm report --help`"),
+    (["chek", "m:f"], "did you mean 'check'?"),
+    (["check", "m:f", "--zzz"], "--zzz (`onlinesm check --help` lists the options)"),
+    (["check", "m:f", "--seed", "x"], "invalid int value: 'x'; give a whole number"),
+    (["check", "m:f", "--kwarg", "foo"], "error: --kwarg 'foo' must look like NAME=VALUE"),
+])
+def test_a_misspelt_flag_or_command_names_the_close_one_and_the_right_help(argv, words, capsys) -> None:
+    assert main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert words in err and len(err.splitlines()) == 1, err
+
+
 # ---------------------------------------------------------------------------------------------
 # 9. A kernel's own noise (a compiler writing to fd 2) is one line and a log file
 

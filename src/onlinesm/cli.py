@@ -27,10 +27,48 @@ __all__ = ["main"]
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse, but a bad flag is one line (what was wrong, and where the help is), exit 2."""
+    """argparse, but a bad flag is one line (what was wrong, the flag or command meant where
+    one is close, and where the help is), exit 2."""
+
+    #: the command line being parsed (set by :func:`main`): which subcommand a flag was for
+    argv: Sequence[str] = ()
 
     def error(self, message: str) -> Any:  # type: ignore[override]
-        self.exit(2, f"{self.prog}: error: {message} ({self.prog} --help lists the options)\n")
+        self.exit(2, f"{self.prog}: error: {_explained(self, message)}\n")
+
+
+def _explained(parser: argparse.ArgumentParser, message: str) -> str:
+    """argparse's ``message``, with a close spelling of a misspelt flag or command, and the
+    help that lists the options of the command given (not the top level's)."""
+    import difflib
+    import re
+
+    commands: dict[str, argparse.ArgumentParser] = {}
+    for action in parser._actions:  # noqa: SLF001 - argparse keeps its subparsers there
+        if isinstance(action, argparse._SubParsersAction):  # noqa: SLF001
+            commands = dict(action.choices)
+    command = next((a for a in _Parser.argv if a in commands), None)
+    target = commands.get(command, parser) if command else parser
+    help_at = f"{parser.prog} {command}" if command else target.prog
+    hint = ""
+    own = re.match(r"argument ([^:]+): (.*)", message)
+    if own and own.group(2).startswith(own.group(1).split("/")[-1] + " "):
+        message = own.group(2)  # the message names its flag already: not twice
+    number = re.search(r"invalid (int|float) value: ", message)
+    if number:
+        hint = "; give a whole number, e.g. 0" if number.group(1) == "int" else \
+            "; give a number, e.g. 0.5, inf or -inf"
+    bad = re.match(r"unrecognized arguments: (\S+)", message)
+    if bad and bad.group(1).startswith("-"):
+        flags = [o for a in target._actions for o in a.option_strings]  # noqa: SLF001
+        flag = bad.group(1).split("=")[0].replace("_", "-")
+        close = difflib.get_close_matches(flag, flags, n=1, cutoff=0.8)
+        hint = f"; did you mean {close[0]}?" if close else ""
+    choice = re.search(r"invalid choice: '([^']*)'", message)
+    if choice and commands and not command:
+        close = difflib.get_close_matches(choice.group(1), list(commands), n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+    return f"{message}{hint} (`{help_at} --help` lists the options)"
 
 
 def _add_check(sub: Any) -> None:
@@ -172,6 +210,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         report_cli = None
     if report_cli is not None:
         report_cli.add_parser(sub)
+    _Parser.argv = list(sys.argv[1:] if argv is None else argv)
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # --help (0) or a bad flag (2, one line already printed)
