@@ -221,6 +221,17 @@ def test_raise_on_failure_gives_an_assertion_error_with_the_report() -> None:
                       seed=0, database=False, save_failures=False, max_examples=15)
 
 
+def test_a_failure_the_other_convention_explains_gives_that_one_hint_only() -> None:
+    # torch.softmax gives NaN on a fully masked row: the report names fully_masked='nan'
+    # once, not beside the property's generic "declare 'nan' or 'any'" as well
+    result = check_softmax(gallery.torch_softmax, dtypes=["float32"], properties=["fully_masked"],
+                           seed=0, database=False, save_failures=False, max_examples=15,
+                           raise_on_failure=False)
+    (failure,) = result.failures
+    assert "The output matches fully_masked='nan'" in failure.message, failure.message
+    assert "if that is the kernel's convention" not in failure.message, failure.message
+
+
 def test_waived_properties_are_reported_with_their_reason() -> None:
     result = check_softmax(gallery.torch_softmax, dtypes=["float32"], properties=["fully_masked"],
                            skip={"fully_masked": "torch gives NaN by design"}, **FAST)
@@ -282,6 +293,11 @@ def test_cli_check_passes_a_correct_kernel(tmp_path, monkeypatch, capsys) -> Non
     (["check", f"{GALLERY}:correct_online", "--op", "softmax", "--skip", "accuracy"], "needs a reason"),
     (["check", f"{GALLERY}:correct_online", "--op", "softmax", "--require", "fast"], "--require fast"),
     (["replay", "/no/such/file.json"], "no counterexample file"),
+    (["replay", "/"], "/ is a folder; replay one counterexample file in it"),
+    (["check", f"{GALLERY}:__name__", "--op", "softmax"],
+     "__name__ is not a function but a value of type str"),
+    (["check", f"{GALLERY}:correct_online", "--op", "softmax", "--convention", "sdpa"],
+     "applies to attention kernels only"),
 ])
 def test_cli_usage_errors_exit_2_with_one_line(argv, words, capsys) -> None:
     assert main(argv) == 2

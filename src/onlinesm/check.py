@@ -128,8 +128,9 @@ def _adapted(fn: Callable[..., Any] | None, op: str, target: str | None,
 
             wrapped = functools.wraps(fn)(functools.partial(fn, **chosen["fixed_kwargs"]))
             return wrapped, keywords
-        raise UsageError(f"{', '.join(chosen) or 'adapter'} apply to attention kernels only "
-                         f"(a softmax takes --kwarg only), not op={op!r}")
+        raise UsageError(f"{' and '.join(chosen) or 'adapter'} "
+                         f"{'applies' if len(chosen) <= 1 else 'apply'} to attention kernels only "
+                         f"(a softmax kernel takes --kwarg only), not op={op!r}")
     try:
         if spec is not None:
             adapted = adapters.Adapted.from_json(spec.to_dict() if hasattr(spec, "to_dict") else spec, fn=fn)

@@ -108,6 +108,9 @@ def load(path: str | Path) -> dict[str, Any]:
         record = json.loads(Path(path).read_text())
     except FileNotFoundError:
         raise ValueError(f"no counterexample file at {path}") from None
+    except IsADirectoryError:
+        raise ValueError(f"{path} is a folder; replay one counterexample file in it "
+                         "(onlinesm replay FOLDER/NAME.json)") from None
     except (OSError, UnicodeDecodeError) as err:
         raise ValueError(f"cannot read {path}: {err}") from None
     except json.JSONDecodeError as err:

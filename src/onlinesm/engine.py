@@ -562,6 +562,10 @@ def _interpreter_suspect(err: BaseException | None, dtype: str, strict: bool) ->
                                            allowed=cmp.worst_bound)
 
 
+#: A property's advice to declare some convention, when it cannot tell which one holds
+_GENERIC_CONVENTION_ADVICE = re.compile(r"; declare [^;\n]* if that is the kernel's convention")
+
+
 def _convention_hint(kernel: Kernel, prop: Callable[..., None], inp: Any, conv: Conventions) -> str:
     """Re-run a failing input under the other conventions; name one under which it holds."""
     for field, values in _ALTERNATIVES.items():
@@ -619,7 +623,10 @@ def _outcome(kernel: Kernel, op: str, prop_name: str, prop: Callable[..., None],
     state.hung = state.hung or kernel.hung  # a hang while minimising also ends the run
     if breach is None and kernel.hung is None:
         reduced = small["x"] if op == "softmax" else AttentionInputs(**small)
-        message += _convention_hint(kernel, prop, reduced, conv)
+        hint = _convention_hint(kernel, prop, reduced, conv)
+        if hint:  # the convention the output matches replaces the property's generic advice
+            message = _GENERIC_CONVENTION_ADVICE.sub("", message)
+        message += hint
     row = getattr(err, "worst_row", None)
     family = _family_of(tally.case, row if op == "softmax" else None)
     out.failure = Failure(prop_name, dtype, message, small, family, path, breach=breach)

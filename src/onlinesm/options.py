@@ -121,7 +121,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("--device", "device", "cpu or cuda [cuda when available]", (_C, _R, _P), choices=("cpu", "cuda"), pytest=True),
     Option("--backend", "backend", "what the kernel takes: torch or numpy [torch]", _CR, choices=("torch", "numpy")),
     Option("--profile", "profile", "quick, ci or thorough (onlinesm-quick etc. too) [quick]", (_C,), pytest=True),
-    Option("--max-examples", "max_examples", "examples per property and dtype", (_C,), parse=_positive_int, metavar="N", pytest=True),
+    Option("--max-examples", "max_examples", "generated examples per property and dtype (the "
+           "explicit inputs of each family come on top: a table may count more)", (_C,),
+           parse=_positive_int, metavar="N", pytest=True),
     Option("--seed", "seed", "make the run reproducible", (_C,), parse=int, metavar="N", pytest=True),
     Option("--deadline", "deadline", "seconds one kernel call may take before it counts as a hang "
            "[cuda 30, cpu 120]", (_C, _P), parse=_seconds, metavar="SECONDS", pytest=True),

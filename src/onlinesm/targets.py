@@ -72,7 +72,8 @@ def load_target(target: str) -> Callable[..., Any]:
         # onlinesm.kernels.attention was imported): the function it is named after
         obj = getattr(obj, last)
     if not callable(obj):
-        raise TargetError(f"target {target!r}: {attr} is a {type(obj).__name__}, not a function")
+        raise TargetError(f"target {target!r}: {attr} is not a function but a value of type "
+                          f"{type(obj).__name__}; name the kernel function")
     return obj
 
 
