@@ -494,6 +494,9 @@ def _selected(registry: dict[str, Any], options: RunOptions,
     for n in names + list(options.skip):
         if n not in known:
             raise UsageError(f"unknown property {n!r}; the properties are: {', '.join(known)}")
+    if baseline and options.properties is not None and "regression" not in options.properties:
+        raise UsageError("a baseline is compared through the 'regression' property, which "
+                         f"properties={list(options.properties)!r} leaves out; add regression")
     if "regression" in (options.properties or ()) and not baseline:
         raise UsageError("properties names 'regression', which compares with an older kernel: "
                          "give it with --baseline TARGET (baseline= in the API)")

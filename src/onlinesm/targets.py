@@ -27,6 +27,10 @@ def load_target(target: str) -> Callable[..., Any]:
     module_part, sep, attr = target.rpartition(":")
     if not sep or not module_part or not attr:
         raise TargetError(f"target {target!r} must look like package.module:function or path/to/file.py:function")
+    if ":" in module_part and not Path(module_part).is_file():
+        raise TargetError(f"target {target!r} has {target.count(':')} colons; name one function: "
+                          "package.module:function or path/to/file.py:function (a method as "
+                          "module:Class.method)")
     try:
         if module_part.endswith(".py") or "/" in module_part:
             path = Path(module_part)
