@@ -286,7 +286,7 @@ def test_cli_check_passes_a_correct_kernel(tmp_path, monkeypatch, capsys) -> Non
 
 @pytest.mark.parametrize("argv,words", [
     (["check", "no_such_module_xyz:f", "--op", "softmax"], "no module no_such_module_xyz in the current folder"),
-    (["check", f"{GALLERY}:nope", "--op", "softmax"], "has no attribute 'nope'"),
+    (["check", f"{GALLERY}:nope", "--op", "softmax"], "the module has no attribute 'nope'"),
     (["check", f"{GALLERY}:torch_softmx", "--op", "softmax"],
      "has no attribute 'torch_softmx'; did you mean 'torch_softmax'?"),
     (["check", "missing_colon", "--op", "softmax"], "must look like package.module:function"),

@@ -172,7 +172,7 @@ def _run_entries(entries: list[Any], overrides: dict[str, Any], workers: int,
     if matrix:
         print(summary(rows))
         verdict = {0: "PASSED", 1: "FAILED", 2: "ERROR"}[code]
-        print(f"\n{verdict}: {len(specs)} kernels, {sum(len(s['dtypes']) * len(s['properties']) for s in specs)} "
+        print(f"\n{verdict}: {len(specs)} kernel{'s' if len(specs) != 1 else ''}, {sum(len(s['dtypes']) * len(s['properties']) for s in specs)} "
               f"items, {workers} worker{'s' if workers > 1 else ''}, {time.monotonic() - start:.1f} s")
     if args.report and results:
         from onlinesm.report.schema import write_check_report

@@ -68,7 +68,7 @@ def load_target(target: str) -> Callable[..., Any]:
             names = [n for n in dir(obj) if not n.startswith("_")]
             close = difflib.get_close_matches(part, names, n=1)
             hint = f"; did you mean {close[0]!r}?" if close else ""
-            raise TargetError(f"target {target!r}: {module_part} has no attribute {attr!r}{hint}")
+            raise TargetError(f"target {target!r}: the module has no attribute {attr!r}{hint}")
         obj = getattr(obj, part)
     last = attr.split(".")[-1]
     if isinstance(obj, types.ModuleType) and callable(getattr(obj, last, None)):
