@@ -356,6 +356,7 @@ def test_a_misspelt_flag_or_command_names_the_close_one_and_the_right_help(argv,
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert words in err and len(err.splitlines()) == 1, err
+    assert err.startswith("onlinesm: error: "), err  # one prefix, whichever layer caught it
 
 
 # ---------------------------------------------------------------------------------------------

@@ -34,7 +34,8 @@ class _Parser(argparse.ArgumentParser):
     argv: Sequence[str] = ()
 
     def error(self, message: str) -> Any:  # type: ignore[override]
-        self.exit(2, f"{self.prog}: error: {_explained(self, message)}\n")
+        # "onlinesm: error:" from every subcommand, as the errors found after parsing begin
+        self.exit(2, f"{self.prog.split()[0]}: error: {_explained(self, message)}\n")
 
 
 def _explained(parser: argparse.ArgumentParser, message: str) -> str:
