@@ -359,6 +359,20 @@ def test_a_misspelt_flag_or_command_names_the_close_one_and_the_right_help(argv,
     assert err.startswith("onlinesm: error: "), err  # one prefix, whichever layer caught it
 
 
+
+@pytest.mark.parametrize("flags, words", [
+    (["--no-mask", "--mask-kinds", "bool"], "--mask-kinds does nothing here: --no-mask says"),
+    (["--no-causal", "--causal-align", "bottom-right"], "--causal-align does nothing here"),
+    (["--delta", "1e-3"], "add --tier probabilistic"),
+    (["--regression-factor", "2"], "add that"),
+])
+def test_a_flag_that_another_makes_moot_is_refused(flags, words, capsys) -> None:
+    # the user believes it applied: say it does not, before anything runs
+    assert main(["check", "onlinesm.reference:softmax_offline", "--op", "attention", *flags]) == 2
+    err = capsys.readouterr().err.strip()
+    assert words in err and len(err.splitlines()) == 1, err
+
+
 # ---------------------------------------------------------------------------------------------
 # 9. A kernel's own noise (a compiler writing to fd 2) is one line and a log file
 

@@ -100,15 +100,19 @@ def _run_check(args: argparse.Namespace) -> int:
     from onlinesm.check import check
     from onlinesm.devices import select_device
     from onlinesm.errors import UsageError
-    from onlinesm.options import keywords
+    from onlinesm.options import keywords, refuse_moot
     from onlinesm.targets import TargetError, load_target
 
     from onlinesm.matrix_cli import run as run_matrix
 
+    kw = keywords(args, "check")
+    try:
+        refuse_moot(kw)  # the flags given, before a table's kernels or this TARGET run
+    except ValueError as err:
+        return _error(str(err))
     code = run_matrix(args)  # no TARGET with a [tool.onlinesm] table, a kernel NAME, --workers N
     if code is not None:
         return code
-    kw = keywords(args, "check")
     convention = kw.get("convention")
     op = args.op or ("attention" if convention not in (None, "onlinesm") else None)
     target = args.target or (SDPA_TARGET if convention == "sdpa" else None)

@@ -24,7 +24,7 @@ import argparse
 import dataclasses
 from typing import Any, Callable
 
-__all__ = ["Option", "OPTIONS", "add_options", "keywords", "add_pytest_options", "pytest_keywords"]
+__all__ = ["Option", "OPTIONS", "add_options", "keywords", "refuse_moot", "add_pytest_options", "pytest_keywords"]
 
 
 def _csv(text: str) -> list[str]:
@@ -243,6 +243,24 @@ def keywords(args: argparse.Namespace, command: str) -> dict[str, Any]:
             continue
         out[opt.key] = dict(value) if opt.kind == "map" else value
     return out
+
+
+def refuse_moot(kw: dict[str, Any]) -> None:
+    """ValueError (one line) for an option given beside one that makes it do nothing, so that
+    a user who believes it applied learns it did not: ``--mask-kinds`` with ``--no-mask``,
+    ``--causal-align`` with ``--no-causal``, ``--delta`` without ``--tier probabilistic``,
+    ``--regression-factor`` without ``--baseline``."""
+    moot = (("mask_kinds", kw.get("allow_mask") is False, "--mask-kinds",
+             "--no-mask says the kernel takes no mask; drop one of them"),
+            ("causal_align", kw.get("allow_causal") is False, "--causal-align",
+             "--no-causal says the kernel has no causal mode; drop one of them"),
+            ("delta", kw.get("tier") != "probabilistic", "--delta",
+             "it is the probabilistic tier's failure probability; add --tier probabilistic"),
+            ("regression_factor", "baseline" not in kw, "--regression-factor",
+             "it applies to the comparison with --baseline OLD_TARGET; add that"))
+    for key, idle, flag, why in moot:
+        if key in kw and idle:
+            raise ValueError(f"{flag} does nothing here: {why}")
 
 
 def add_pytest_options(group: Any) -> None:
