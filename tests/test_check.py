@@ -296,7 +296,7 @@ def test_cli_check_passes_a_correct_kernel(tmp_path, monkeypatch, capsys) -> Non
     (["replay", "/"], "/ is a folder; replay one counterexample file in it"),
     (["check", f"{GALLERY}:correct_online:extra", "--op", "softmax"], "has 2 colons"),
     (["check", f"{GALLERY}:correct_online", "--op", "softmax", "--properties", "range",
-      "--baseline", f"{GALLERY}:correct_online"], "which properties=['range'] leaves out"),
+      "--baseline", f"{GALLERY}:correct_online"], "which --properties ['range'] leaves out"),
     (["check", f"{GALLERY}:__name__", "--op", "softmax"],
      "__name__ is not a function but a value of type str"),
     (["check", f"{GALLERY}:correct_online", "--op", "softmax", "--convention", "sdpa"],

@@ -288,7 +288,7 @@ def test_the_cli_accepts_the_long_profile_name(capsys) -> None:
                  "--max-examples", "3", "--seed", "0", "-q"]) == 0
     assert main(["check", "onlinesm.reference:softmax_offline", "--op", "softmax",
                  "--profile", "fast"]) == 2
-    assert "profile='fast' is unknown" in capsys.readouterr().err
+    assert "--profile 'fast' is unknown" in capsys.readouterr().err  # the CLI's words
 
 
 
@@ -297,7 +297,7 @@ def test_a_misspelt_dtype_is_one_line_that_names_the_spellings(capsys) -> None:
                  "--dtypes", "bf16x"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1, err
-    assert "dtypes='bf16x' is not a floating-point dtype" in err
+    assert "--dtypes 'bf16x' is not a floating-point dtype" in err
     assert "bf16, fp32, fp16, fp64" in err and err.count("bf16x") == 1, err
 
 
@@ -371,6 +371,15 @@ def test_a_flag_that_another_makes_moot_is_refused(flags, words, capsys) -> None
     assert main(["check", "onlinesm.reference:softmax_offline", "--op", "attention", *flags]) == 2
     err = capsys.readouterr().err.strip()
     assert words in err and len(err.splitlines()) == 1, err
+
+
+
+def test_a_bad_value_is_named_by_its_flag_on_the_command_line(capsys) -> None:
+    # the API's keywords (min_seq_q=10) in the CLI's words (--min-seq-q 10)
+    assert main(["check", "onlinesm.reference:softmax_offline", "--op", "softmax",
+                 "--min-len", "10", "--max-len", "5"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "--min-len 10 is above --max-len 5" in err and "min_len=" not in err, err
 
 
 # ---------------------------------------------------------------------------------------------

@@ -23,6 +23,8 @@ import os
 import sys
 from typing import Any, Sequence
 
+from onlinesm.errors import print_usage_error as _error
+
 __all__ = ["main"]
 
 
@@ -88,11 +90,6 @@ def _add_check(sub: Any) -> None:
     from onlinesm.matrix_cli import add_arguments
 
     add_arguments(p)  # --workers N
-
-
-def _error(message: str) -> int:
-    print(f"onlinesm: error: {message}", file=sys.stderr)
-    return 2
 
 
 def _run_check(args: argparse.Namespace) -> int:

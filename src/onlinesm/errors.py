@@ -15,7 +15,9 @@ Example:
 
 from __future__ import annotations
 
-__all__ = ["UsageError"]
+import sys
+
+__all__ = ["UsageError", "print_usage_error"]
 
 
 class UsageError(ValueError):
@@ -23,3 +25,12 @@ class UsageError(ValueError):
 
     A ValueError, since most are a bad value given by the user (``fully_masked="zero"``).
     """
+
+
+def print_usage_error(message: str) -> int:
+    """Print ``message`` as the CLI's one line on stderr, ``onlinesm: error: ...``, with the API
+    keywords it names given as the flags that set them; return the exit code, 2."""
+    from onlinesm.options import as_flags
+
+    print(f"onlinesm: error: {as_flags(message)}", file=sys.stderr)
+    return 2

@@ -35,6 +35,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from onlinesm.errors import print_usage_error as _error
+
 __all__ = ["run", "add_arguments"]
 
 
@@ -52,11 +54,6 @@ def _plugin_installed() -> bool:
     from importlib.metadata import entry_points
 
     return any(ep.name == "onlinesm" for ep in entry_points(group="pytest11"))
-
-
-def _error(message: str) -> int:
-    print(f"onlinesm: error: {message}", file=sys.stderr)
-    return 2
 
 
 def run(args: argparse.Namespace) -> int | None:

@@ -22,9 +22,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import re
 from typing import Any, Callable
 
-__all__ = ["Option", "OPTIONS", "add_options", "keywords", "refuse_moot", "add_pytest_options", "pytest_keywords"]
+__all__ = ["Option", "OPTIONS", "add_options", "keywords", "as_flags", "refuse_moot", "add_pytest_options", "pytest_keywords"]
 
 
 def _csv(text: str) -> list[str]:
@@ -243,6 +244,21 @@ def keywords(args: argparse.Namespace, command: str) -> dict[str, Any]:
             continue
         out[opt.key] = dict(value) if opt.kind == "map" else value
     return out
+
+
+def as_flags(message: str) -> str:
+    """An API error message in the CLI's words: each ``key=`` of an option taking a value
+    becomes its flag (``min_seq_q=10 is above max_seq_q=5`` -> ``--min-seq-q 10 is above
+    --max-seq-q 5``); a message that names the API itself ("in the API") is left as it is.
+
+    >>> as_flags("regression_factor=-1.0 must be a number >= 1")
+    '--regression-factor -1.0 must be a number >= 1'
+    """
+    if "in the API" in message:
+        return message
+    flags = {o.key: o.flag for o in OPTIONS if o.kind != "flag"}
+    pattern = re.compile(r"(?<![\w.])(?:domain\.)?(" + "|".join(map(re.escape, flags)) + r")=")
+    return pattern.sub(lambda m: flags[m.group(1)] + " ", message)
 
 
 def refuse_moot(kw: dict[str, Any]) -> None:

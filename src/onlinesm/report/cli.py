@@ -22,6 +22,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from onlinesm.errors import print_usage_error as _error
 from onlinesm.options import _csv, _ints
 
 __all__ = ["add_parser", "run"]
@@ -68,11 +69,6 @@ def add_parser(subparsers: Any) -> None:
 
 class _NothingTested(ValueError):
     """No case of the grid reached some kernel (its declared domain excludes them all)."""
-
-
-def _error(message: str) -> int:
-    print(f"onlinesm: error: {message}", file=sys.stderr)
-    return 2
 
 
 def _settings(args: argparse.Namespace, device: str) -> Any:
