@@ -382,6 +382,15 @@ def test_a_bad_value_is_named_by_its_flag_on_the_command_line(capsys) -> None:
     assert "--min-len 10 is above --max-len 5" in err and "min_len=" not in err, err
 
 
+def test_a_config_files_bad_value_keeps_the_files_words(tmp_path: Path, monkeypatch, capsys) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "onlinesm.toml").write_text('[kernels.a]\ntarget = "onlinesm.reference:softmax_offline"'
+                                            '\nop = "softmax"\ndtypes = ["float99"]\n')
+    assert main(["check"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "[kernels.a] dtypes='float99' is not a floating-point dtype" in err, err
+
+
 # ---------------------------------------------------------------------------------------------
 # 9. A kernel's own noise (a compiler writing to fd 2) is one line and a log file
 

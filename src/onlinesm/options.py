@@ -249,12 +249,14 @@ def keywords(args: argparse.Namespace, command: str) -> dict[str, Any]:
 def as_flags(message: str) -> str:
     """An API error message in the CLI's words: each ``key=`` of an option taking a value
     becomes its flag (``min_seq_q=10 is above max_seq_q=5`` -> ``--min-seq-q 10 is above
-    --max-seq-q 5``); a message that names the API itself ("in the API") is left as it is.
+    --max-seq-q 5``); a message that names the API itself ("in the API") or a config file's
+    entry (``onlinesm.toml: [kernels.a] dtypes='x' ...``, in the file's own words) is left as
+    it is.
 
     >>> as_flags("regression_factor=-1.0 must be a number >= 1")
     '--regression-factor -1.0 must be a number >= 1'
     """
-    if "in the API" in message:
+    if "in the API" in message or ".toml:" in message:
         return message
     flags = {o.key: o.flag for o in OPTIONS if o.kind != "flag"}
     pattern = re.compile(r"(?<![\w.])(?:domain\.)?(" + "|".join(map(re.escape, flags)) + r")=")
