@@ -19,7 +19,9 @@ Examples::
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
+import re
 import sys
 from typing import Any, Sequence
 
@@ -43,9 +45,6 @@ class _Parser(argparse.ArgumentParser):
 def _explained(parser: argparse.ArgumentParser, message: str) -> str:
     """argparse's ``message``, with a close spelling of a misspelt flag or command, and the
     help that lists the options of the command given (not the top level's)."""
-    import difflib
-    import re
-
     commands: dict[str, argparse.ArgumentParser] = {}
     for action in parser._actions:  # noqa: SLF001 - argparse keeps its subparsers there
         if isinstance(action, argparse._SubParsersAction):  # noqa: SLF001
