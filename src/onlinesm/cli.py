@@ -101,14 +101,14 @@ def _run_check(args: argparse.Namespace) -> int:
 
     from onlinesm.matrix_cli import run as run_matrix
 
-    kw = keywords(args, "check")
-    try:
-        refuse_moot(kw)  # the flags given, before a table's kernels or this TARGET run
-    except ValueError as err:
-        return _error(str(err))
     code = run_matrix(args)  # no TARGET with a [tool.onlinesm] table, a kernel NAME, --workers N
     if code is not None:
         return code
+    kw = keywords(args, "check")
+    try:  # flags that do nothing beside others (not in a table's runs: an entry may hold the rest)
+        refuse_moot(kw)
+    except ValueError as err:
+        return _error(str(err))
     convention = kw.get("convention")
     op = args.op or ("attention" if convention not in (None, "onlinesm") else None)
     target = args.target or (SDPA_TARGET if convention == "sdpa" else None)
