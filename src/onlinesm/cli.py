@@ -19,12 +19,12 @@ Examples::
 from __future__ import annotations
 
 import argparse
-import difflib
 import os
 import re
 import sys
 from typing import Any, Sequence
 
+from onlinesm.errors import did_you_mean
 from onlinesm.errors import print_usage_error as _error
 
 __all__ = ["main"]
@@ -64,12 +64,10 @@ def _explained(parser: argparse.ArgumentParser, message: str) -> str:
     if bad and bad.group(1).startswith("-"):
         flags = [o for a in target._actions for o in a.option_strings]  # noqa: SLF001
         flag = bad.group(1).split("=")[0].replace("_", "-")
-        close = difflib.get_close_matches(flag, flags, n=1, cutoff=0.8)
-        hint = f"; did you mean {close[0]}?" if close else ""
+        hint = did_you_mean(flag, flags, cutoff=0.8, quote=False)
     choice = re.search(r"invalid choice: '([^']*)'", message)
     if choice and commands and not command:
-        close = difflib.get_close_matches(choice.group(1), list(commands), n=1)
-        hint = f"; did you mean {close[0]!r}?" if close else ""
+        hint = did_you_mean(choice.group(1), commands)
     return f"{message}{hint} (`{help_at} --help` lists the options)"
 
 

@@ -32,13 +32,12 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import difflib
 import os
 import sys
 from pathlib import Path
 from typing import Any, Mapping
 
-from onlinesm.errors import UsageError
+from onlinesm.errors import UsageError, did_you_mean
 
 __all__ = ["ConfigError", "KernelEntry", "Matrix", "find_config", "load_config", "CONFIG_NAMES"]
 
@@ -116,9 +115,8 @@ class Matrix:
         out = []
         for n in names:
             if n not in self.entries:
-                close = difflib.get_close_matches(n, list(self.entries), n=1)
-                hint = f"; did you mean {close[0]!r}?" if close else \
-                    f"; the kernels are: {', '.join(self.entries) or '(none)'}"
+                hint = (did_you_mean(n, self.entries)
+                        or f"; the kernels are: {', '.join(self.entries) or '(none)'}")
                 raise ConfigError(f"{_shown(self.path)}: no kernel {n!r} in [tool.onlinesm.kernels]{hint}")
             out.append(self.entries[n])
         return out
@@ -302,8 +300,7 @@ def _keywords(raw: Mapping[str, Any], where: str) -> dict[str, Any]:
                 out[key] = value
                 continue
             known = sorted(set(flags) | set(keys) | fields | set(_EXTRA_KEYWORDS) | {"target", "op"})
-            close = difflib.get_close_matches(key, known, n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else "; `onlinesm check --help` lists the options"
+            hint = did_you_mean(key, known) or "; `onlinesm check --help` lists the options"
             raise ConfigError(f"{where} key {key!r} is unknown{hint}")
         parsed = _value(opt, key, value, as_flag, where)
         if parsed is not _UNSET:

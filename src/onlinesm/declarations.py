@@ -32,6 +32,7 @@ import math
 from typing import Any
 
 from onlinesm.dtypes import FloatFormat, resolve
+from onlinesm.errors import did_you_mean
 from onlinesm.strategies.lengths import tile_bounds
 
 __all__ = ["Numerics", "Conventions", "Domain", "RunOptions", "split_keywords", "EXP_CLASSES",
@@ -500,11 +501,8 @@ def split_keywords(keywords: dict[str, Any]) -> tuple[Conventions, Domain, RunOp
     for key, value in keywords.items():
         owner = next((cls for cls in (Numerics, Conventions, Domain, RunOptions) if key in names[cls]), None)
         if owner is None:
-            import difflib
-
             known = sorted(set().union(*names.values()) - {"numerics"})
-            close = difflib.get_close_matches(key, known, n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else f"; the keywords are: {', '.join(known)}"
+            hint = did_you_mean(key, known) or f"; the keywords are: {', '.join(known)}"
             raise ValueError(f"{key}={value!r} is not a keyword onlinesm knows{hint}")
         groups[owner][key] = value
     conv_kw = groups[Conventions]

@@ -15,9 +15,11 @@ Example:
 
 from __future__ import annotations
 
+import difflib
 import sys
+from typing import Any
 
-__all__ = ["UsageError", "print_usage_error"]
+__all__ = ["UsageError", "print_usage_error", "did_you_mean"]
 
 
 class UsageError(ValueError):
@@ -25,6 +27,19 @@ class UsageError(ValueError):
 
     A ValueError, since most are a bad value given by the user (``fully_masked="zero"``).
     """
+
+
+def did_you_mean(word: str, choices: Any, *, cutoff: float = 0.6, quote: bool = True) -> str:
+    """``"; did you mean 'x'?"`` for the choice closest to a misspelt ``word``, or ``""`` when
+    none is close: the tail every "unknown name" message shares.
+
+    >>> did_you_mean("acuracy", ["accuracy", "range"])
+    "; did you mean 'accuracy'?"
+    """
+    close = difflib.get_close_matches(word, list(choices), n=1, cutoff=cutoff)
+    if not close:
+        return ""
+    return f"; did you mean {close[0]!r}?" if quote else f"; did you mean {close[0]}?"
 
 
 def print_usage_error(message: str) -> int:

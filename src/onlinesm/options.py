@@ -25,7 +25,8 @@ import dataclasses
 import re
 from typing import Any, Callable
 
-__all__ = ["Option", "OPTIONS", "add_options", "keywords", "as_flags", "refuse_moot", "add_pytest_options", "pytest_keywords"]
+__all__ = ["Option", "OPTIONS", "add_options", "keywords", "as_flags", "refuse_moot",
+           "add_pytest_options", "pytest_keywords"]
 
 
 def _csv(text: str) -> list[str]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import difflib
 import importlib
 import importlib.util
 import os
@@ -10,6 +9,8 @@ import sys
 import types
 from pathlib import Path
 from typing import Any, Callable
+
+from onlinesm.errors import did_you_mean
 
 __all__ = ["load_target", "TargetError"]
 
@@ -65,9 +66,7 @@ def load_target(target: str) -> Callable[..., Any]:
     obj: Any = module
     for part in attr.split("."):
         if not hasattr(obj, part):
-            names = [n for n in dir(obj) if not n.startswith("_")]
-            close = difflib.get_close_matches(part, names, n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
+            hint = did_you_mean(part, [n for n in dir(obj) if not n.startswith("_")])
             raise TargetError(f"target {target!r}: the module has no attribute {attr!r}{hint}")
         obj = getattr(obj, part)
     last = attr.split(".")[-1]

@@ -17,9 +17,9 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-import difflib
 from typing import Any
 
+from onlinesm.errors import did_you_mean
 from onlinesm.kernels import interpreting
 from onlinesm.kernels.launching import next_pow2 as _pow2
 
@@ -625,10 +625,9 @@ def _tuning(n_cols: int, itemsize: int, path: str, tuning: dict[str, Any] | None
              | set((tuning or {}).get("off_sector_overrides", {})))
     unknown = sorted(given - set(TUNING))
     if unknown:
-        close = difflib.get_close_matches(unknown[0], list(TUNING), n=1)
         raise ValueError(
             f"tuning key {unknown[0]!r} is not a knob of the softmax kernels"
-            + (f"; did you mean {close[0]!r}?" if close else "")
+            + did_you_mean(unknown[0], TUNING)
             + " (the knobs: onlinesm.kernels.softmax_plan.TUNING)")
     t = dict(TUNING)
     if path == "auto":

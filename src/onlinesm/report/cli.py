@@ -88,8 +88,9 @@ def _settings(args: argparse.Namespace, device: str) -> Any:
             raise ValueError(f"--attention-families {fam!r} is not an attention family; choose "
                              f"from {', '.join(ATTENTION_FAMILIES)}")
     seeds = args.seeds if args.seeds is not None else (6 if args.thorough else 2)
-    head_dim = 64 if args.head_dim is None else args.head_dim  # 0 is an error, not the default
-    fa3_seq = 1 if args.fa3_seq is None else args.fa3_seq
+    # "is None", not "or": 0 is an error, not the default
+    head_dim = 64 if args.head_dim is None else args.head_dim
+    fa3_seq = (128 if device == "cpu" else 2048) if args.fa3_seq is None else args.fa3_seq
     for name, value in (("--seeds", seeds), ("--rows", args.rows), ("--heads", args.heads),
                         ("--head-dim", head_dim), ("--fa3-seq", fa3_seq)):
         if value < 1:
@@ -110,8 +111,7 @@ def _settings(args: argparse.Namespace, device: str) -> Any:
         if min(args.seqs) < 1:
             raise ValueError(f"--seqs {args.seqs} must all be >= 1")
         kw["seqs"] = tuple(args.seqs)
-    seq = args.fa3_seq if args.fa3_seq is not None else (128 if device == "cpu" else 2048)
-    kw["fa3_shape"] = (1, 2, seq, 64) if device == "cpu" else (1, 8, seq, 128)
+    kw["fa3_shape"] = (1, 2, fa3_seq, 64) if device == "cpu" else (1, 8, fa3_seq, 128)
     return Settings(**kw)
 
 
