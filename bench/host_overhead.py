@@ -5,7 +5,9 @@ What: for each case, three figures in µs per call:
   long sleep kernel, so none waits for the GPU (what a model loop pays on the CPU per call);
 - ``loop``: calls back to back, synchronised once at the end (host or GPU, whichever bounds);
 - ``kernel``: ``triton.testing.do_bench``'s median, as the speed tables time (L2 flushed
-  between calls, which also hides up to the flush's time of host work).
+  between calls, which also hides up to the flush's time of host work);
+- ``graph``: the GPU's time alone, 20 calls captured in a CUDA graph and replayed (do_bench's
+  median over 20): where ``kernel`` exceeds it, the host bounded the speed table's figure.
 
 Why: the speed tables time large inputs, where the kernel's time hides the launcher's. A
 model calls softmax and attention on small inputs too, and there a launch that spends 100 µs
@@ -33,7 +35,9 @@ from _common import markdown_table, time_ms, write_outputs  # noqa: E402
 SOFTMAX_CASES = ((256, 1024), (4096, 4096), (16384, 1024), (1024, 32768))
 #: attention cases: (B, H, S, D, causal), bf16
 ATTENTION_CASES = ((1, 8, 512, 64, False), (16, 32, 1024, 64, True), (16, 32, 1024, 64, False),
-                   (4, 16, 4096, 128, False))
+                   (4, 16, 4096, 128, False),
+                   # the speed table's shortest rows (B * S = 16k): tens of µs on the GPU
+                   (64, 32, 256, 64, False), (64, 32, 256, 64, True), (64, 16, 256, 128, True))
 
 
 def host_us(fn: Callable[[], Any], calls: int) -> float:
@@ -66,6 +70,27 @@ def loop_us(fn: Callable[[], Any], calls: int) -> float:
     return (time.perf_counter() - start) / calls * 1e6
 
 
+def graph_us(fn: Callable[[], Any], calls: int = 20) -> float:
+    """µs of GPU time per call: ``calls`` calls captured in one CUDA graph, its replay timed
+    (no host work between the kernels); NaN where the call cannot be captured."""
+    import torch
+
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):  # warm up off the default stream, as capture needs
+        fn()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    try:
+        with torch.cuda.graph(graph):
+            for _ in range(calls):
+                fn()
+    except RuntimeError as e:
+        print(f"  no CUDA graph: {str(e).splitlines()[0][:120]}", flush=True)
+        return float("nan")
+    return time_ms(graph.replay) * 1e3 / calls
+
+
 def run(calls: int, repeat: int = 1, only: str = "") -> list[dict[str, Any]]:
     """Each case's three figures for onlinesm and its torch peer (the host and loop figures
     the median of ``repeat`` measurements; ``only``: the cases whose name holds it)."""
@@ -86,10 +111,10 @@ def run(calls: int, repeat: int = 1, only: str = "") -> list[dict[str, Any]]:
         row = dict(case=case, impl=impl,
                    host=statistics.median(host_us(fn, calls) for _ in range(repeat)),
                    loop=statistics.median(loop_us(fn, calls) for _ in range(repeat)),
-                   kernel=time_ms(fn) * 1e3)
+                   kernel=time_ms(fn) * 1e3, graph=graph_us(fn))
         rows.append(row)
         print(f"{case:32s} {impl:9s} host {row['host']:7.1f}  loop {row['loop']:7.1f}  "
-              f"kernel {row['kernel']:7.1f} µs", flush=True)
+              f"kernel {row['kernel']:7.1f}  graph {row['graph']:7.1f} µs", flush=True)
 
     for n_rows, n in SOFTMAX_CASES:
         x = torch.randn(n_rows, n, device="cuda", dtype=torch.bfloat16)
@@ -121,9 +146,9 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     rows = run(args.calls, args.repeat, args.only)
     table = markdown_table(
-        ["case", "impl", "host µs", "loop µs", "kernel µs (do_bench)"],
-        [[r["case"], r["impl"], f"{r['host']:.1f}", f"{r['loop']:.1f}", f"{r['kernel']:.1f}"]
-         for r in rows])
+        ["case", "impl", "host µs", "loop µs", "kernel µs (do_bench)", "graph µs"],
+        [[r["case"], r["impl"], f"{r['host']:.1f}", f"{r['loop']:.1f}", f"{r['kernel']:.1f}",
+          f"{r['graph']:.1f}"] for r in rows])
     print(table)
     write_outputs("host_overhead", {"device": torch.cuda.get_device_name(),
                                     "torch": torch.__version__, "rows": rows}, table)

@@ -783,6 +783,44 @@ def test_the_gluon_kernel_keeps_an_allocator_the_caller_set():
     assert not isinstance(ours, _allocation.NullAllocator) and ours is not mine
 
 
+def test_the_gluon_launch_is_planned_once_and_its_kernel_launched_directly(monkeypatch):
+    # forward() plans a launch once per shape (_ws_launch) and launches the kernel the JIT
+    # compiled for it directly on later calls, with the compile-time arguments in the
+    # kernel's order; another dtype goes through the JIT again. Stubs stand for the JIT and
+    # the compiled kernel (no GPU needed).
+    ag = _gluon_kernel_module()
+    jit, direct = [], []
+
+    class Compiled:
+        def __getitem__(self, grid):
+            return lambda *args: direct.append((grid, args))
+
+    class Jit:
+        arg_names = ag._attn_fwd_ws.arg_names
+
+        def __getitem__(self, grid):
+            return lambda *args, **kw: jit.append((grid, args, kw)) or Compiled()
+
+    device = torch.device("cpu")
+    plan = ag._ws_launch.__wrapped__(2, 3, 512, 64, device, True, None, None, None, None,
+                                     None, None, 5, None, None, None)  # not the shared cache
+    assert ag._ws_launch(2, 3, 512, 64, device, True, *[None] * 6, 5, *[None] * 3) is \
+        ag._ws_launch(2, 3, 512, 64, device, True, *[None] * 6, 5, *[None] * 3)
+    monkeypatch.setattr(ag, "_attn_fwd_ws", Jit())
+    q = torch.zeros(4, dtype=torch.bfloat16)
+    args = (q, q, q, q, q, 512, plan.n_blocks, plan.n_work, 0.5)
+    ag._launch_ws(plan, args)
+    ag._launch_ws(plan, args)
+    assert len(jit) == 1 and jit[0][1] == args and jit[0][2]["maxnreg"] == plan.maxnreg
+    assert jit[0][2] == {**plan.constexprs, "num_warps": 4, "maxnreg": plan.maxnreg}
+    assert direct == [((5, 1, 1), args + tuple(
+        plan.constexprs[name] for name in ag._attn_fwd_ws.arg_names[9:]))]
+    assert list(plan.constexpr_args) != list(plan.constexprs.values())  # the order matters
+    half = (q.half(),) * 5 + args[5:]
+    ag._launch_ws(plan, half)  # fp16: a specialisation of its own
+    assert len(jit) == 2 and len(direct) == 1
+
+
 @pytest.mark.parametrize("env, on", [(None, True), ("0", False), ("off", False), ("1", True)])
 def test_the_gluon_kernel_is_on_unless_the_environment_turns_it_off(env, on):
     code = "import onlinesm.kernels.attention as a; print(a._gluon_on)"
@@ -815,10 +853,20 @@ def test_gpu_use_gluon_runs_the_calls_it_covers(dtype: Any, causal: bool, d: int
         assert calls == [1]
         o_ref, _, o_tol, _ = _bounds(q * 8, k, v, dtype, causal=causal)
         assert np.all(np.abs(to_numpy(o).astype(np.float64) - o_ref) <= o_tol)
+        # the same call again: the compiled kernel launched directly, the same o
+        assert torch.equal(attention(q * 8, k, v, causal=causal), o)
+        assert calls == [1, 1]
+        # q not 16-byte aligned (TMA's need): the Triton kernel, as correct
+        q_off = torch.empty(q.numel() + 1, dtype=dtype, device=q.device)[1:].view(q.shape)
+        q_off.copy_(q * 8)
+        assert "16-byte aligned" in ag.fits(q_off, k, v)
+        o = attention(q_off, k, v, causal=causal)
+        assert calls == [1, 1]
+        assert np.all(np.abs(to_numpy(o).astype(np.float64) - o_ref) <= o_tol)
         # A negative scale: the kernel takes the row max of the raw scores, so forward folds
         # the sign into q.
         o = attention(q * 8, k, v, causal=causal, scale=-0.05)
-        assert calls == [1, 1]
+        assert calls == [1, 1, 1]
         o_ref, _, o_tol, _ = _bounds(q * 8, k, v, dtype, scale=-0.05, causal=causal)
         assert np.all(np.abs(to_numpy(o).astype(np.float64) - o_ref) <= o_tol)
         attention(q, k, v, causal=causal, return_lse=True)  # lse: the Triton kernel
@@ -826,7 +874,7 @@ def test_gpu_use_gluon_runs_the_calls_it_covers(dtype: Any, causal: bool, d: int
         attention(q[..., :128, :], k[..., :128, :], v[..., :128, :])  # short: Triton's
         monkeypatch.setenv("ONLINESM_ATTENTION_CONFIG", "128,64,3,8")  # pinned Triton tiles
         attention(q, k, v, causal=causal)
-        assert calls == [1, 1]
+        assert calls == [1, 1, 1]
     finally:
         kernels.use_gluon(was_on)
 

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Any
+from typing import Any, NamedTuple
 
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
@@ -51,6 +51,11 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 )
 
 from onlinesm.kernels.launching import SMEM_BYTES, capability, on_device, sm_count
+
+try:  # triton's own record of the allocator in this context (_use_torch_allocator)
+    from triton.runtime._allocation import NullAllocator, _allocator
+except ImportError:  # not where this triton keeps it: the allocator is set on every call
+    NullAllocator, _allocator = None, None
 
 __all__ = ["fits", "pays", "forward", "WS_BLOCK_M"]
 
@@ -1026,6 +1031,9 @@ def fits(q: Any, k: Any, v: Any, *, mask: Any = None, return_lse: bool = False,
         return f"a non-empty q (got shape {tuple(q.shape)})"
     if not q.is_cuda:
         return f"a CUDA device (got {q.device})"
+    offsets = [t.data_ptr() % 16 for t in (q, k, v)]
+    if any(offsets):  # TMA reads from 16-byte aligned addresses only
+        return f"q, k, v at 16-byte aligned addresses (got offsets {offsets} bytes)"
     major, minor = capability(q.device)
     if (major, minor) != (9, 0):
         return f"an sm_90 GPU (Hopper; got sm_{major}{minor})"
@@ -1056,6 +1064,93 @@ def pays(q: Any, causal: bool = False) -> bool:
     True
     """
     return q.shape[-2] >= 256
+
+
+class _WsLaunch(NamedTuple):
+    """One launch of the warp-specialized kernel: its programs, its blocks of query rows
+    (per head, and in all) and its compile-time arguments."""
+
+    programs: int
+    n_blocks: int
+    n_work: int
+    dynamic: bool
+    maxnreg: int
+    constexprs: dict[str, Any]
+    #: the same, in the kernel's order of parameters (a compiled kernel takes them so)
+    constexpr_args: tuple[Any, ...]
+    #: the compiled kernel of each specialisation launched so far (:func:`_launch_ws`)
+    compiled: dict[Any, Any]
+
+
+@functools.lru_cache(maxsize=1024)
+def _ws_launch(b: int, h: int, s: int, d: int, device: Any, causal: bool,
+               block_n: int | None, num_buf: int | None, maxnreg: int | None,
+               pv_overlap: bool | None, warpgroups: int | None, persistent: bool | None,
+               programs: int | None, q_buffers: int | None, dynamic: bool | None,
+               chain: bool | None) -> _WsLaunch:
+    """The launch :func:`forward` runs for q of shape ``[b, h, s, d]`` on ``device`` and its
+    overrides (None: the shipped choice), planned once per key: on short rows the kernel
+    runs for tens of µs, and re-deciding the launch on every call cost about a third of the
+    call's host time. Raises ValueError for overrides that do not go together."""
+    wg = warpgroups or _ws_warpgroups(d, s, causal)
+    if wg not in (2, 3, 4):
+        raise ValueError(f"warpgroups={warpgroups} is not supported; use 2, 3 or 4")
+    n_blocks = -(-s // (WS_ROWS * wg))  # blocks of 64 x wg query rows per (batch, head)
+    n_work = n_blocks * b * h
+    if dynamic and persistent is False:
+        raise ValueError("dynamic=True needs persistent programs (one program per block "
+                         "takes its own block); leave persistent unset or True")
+    if persistent is None:
+        persistent = bool(dynamic) or _ws_persistent(d, causal, s)
+    if dynamic is None:
+        dynamic = persistent and _ws_dynamic(d, causal, s)
+    dynamic = bool(dynamic)
+    block_n = block_n or _ws_block_n(wg)
+    num_buf = num_buf or _ws_num_buf(wg)
+    if q_buffers is None:  # the shipped launch's, where it is the shipped schedule and fits
+        q_buffers = _ws_default_q_buffers(d, causal, s, persistent, dynamic, wg, block_n,
+                                          num_buf)
+    if q_buffers not in (1, 2) or (q_buffers == 2 and not persistent):
+        raise ValueError(f"q_buffers={q_buffers} is not supported; use 1, or 2 with "
+                         "persistent=True (one block per program loads one Q)")
+    if chain and not _ws_chainable(causal, wg, persistent, dynamic):
+        raise ValueError("chain=True needs persistent blocks of two warpgroups without causal "
+                         f"or the counter (got warpgroups={wg}, causal={causal}, "
+                         f"persistent={persistent}, dynamic={dynamic}); leave chain unset")
+    if chain is None:
+        chain = _ws_chained(d, causal, wg, persistent, dynamic)
+    if not persistent:
+        programs = n_work
+    elif programs is None:
+        programs = min(n_work, sm_count(device))
+    constexprs = _ws_constexprs(d, block_n, causal, num_buf,
+                                _ws_pv_overlap(d) if pv_overlap is None else bool(pv_overlap),
+                                wg, persistent, q_buffers, dynamic, bool(chain))
+    return _WsLaunch(programs, n_blocks, n_work, dynamic, maxnreg or _ws_maxnreg(wg),
+                     constexprs, tuple(constexprs[n] for n in _attn_fwd_ws.arg_names[9:]), {})
+
+
+def _launch_ws(launch: _WsLaunch, args: tuple[Any, ...]) -> None:
+    """Launch ``_attn_fwd_ws`` on ``args`` (its nine runtime arguments) as ``launch`` plans,
+    on the current device and stream.
+
+    The first launch of a specialisation goes through Triton's JIT, which compiles (or finds)
+    the kernel; later ones launch that compiled kernel directly. The JIT would bind every
+    argument, rebuild its cache key from the thirteen compile-time ones (layouts among them)
+    and look the kernel up again, on every call: host time that on short rows is most of the
+    call's. Of what the JIT specialises the runtime arguments on, the plan fixes the integers
+    and :func:`fits` the pointers' alignment (16 bytes, as TMA needs; o and the counter are
+    fresh allocations): the dtype is left."""
+    key = args[0].dtype
+    kernel = launch.compiled.get(key)
+    if kernel is None:
+        kernel = _attn_fwd_ws[(launch.programs,)](
+            *args, **launch.constexprs, num_warps=4, maxnreg=launch.maxnreg)
+        if hasattr(kernel, "result"):  # a compilation still in flight: its kernel
+            kernel = kernel.result()
+        launch.compiled[key] = kernel
+        return
+    kernel[(launch.programs, 1, 1)](*args, *launch.constexpr_args)
 
 
 def forward(q: Any, k: Any, v: Any, *, causal: bool = False, scale: float | None = None,
@@ -1091,52 +1186,19 @@ def forward(q: Any, k: Any, v: Any, *, causal: bool = False, scale: float | None
     if why is not None:
         raise ValueError(f"the Gluon attention kernel needs {why}")
     b, h, s, d = q.shape
-    wg = warpgroups or _ws_warpgroups(d, s, bool(causal))
-    if wg not in (2, 3, 4):
-        raise ValueError(f"warpgroups={warpgroups} is not supported; use 2, 3 or 4")
+    launch = _ws_launch(b, h, s, d, q.device, bool(causal), block_n, num_buf, maxnreg,
+                        pv_overlap, warpgroups, persistent, programs, q_buffers, dynamic, chain)
     q, k, v = (t.contiguous() for t in (q, k, v))
     o = torch.empty_like(q)
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
     if scale < 0:  # the kernel takes a positive scale (its row max is of the raw scores):
         q, scale = -q, -scale  # q k^T c == (-q) k^T (-c), and negating a 16-bit q is exact
     _use_torch_allocator()
-    n_blocks = -(-s // (WS_ROWS * wg))  # blocks of 64 x wg query rows per (batch, head)
-    n_work = n_blocks * b * h
-    if dynamic and persistent is False:
-        raise ValueError("dynamic=True needs persistent programs (one program per block "
-                         "takes its own block); leave persistent unset or True")
-    if persistent is None:
-        persistent = bool(dynamic) or _ws_persistent(d, bool(causal), s)
-    persistent = bool(persistent)
-    if dynamic is None:
-        dynamic = persistent and _ws_dynamic(d, bool(causal), s)
-    block_n = block_n or _ws_block_n(wg)
-    num_buf = num_buf or _ws_num_buf(wg)
-    if q_buffers is None:  # the shipped launch's, where it is the shipped schedule and fits
-        q_buffers = _ws_default_q_buffers(d, bool(causal), s, persistent, bool(dynamic), wg,
-                                          block_n, num_buf)
-    if q_buffers not in (1, 2) or (q_buffers == 2 and not persistent):
-        raise ValueError(f"q_buffers={q_buffers} is not supported; use 1, or 2 with "
-                         "persistent=True (one block per program loads one Q)")
-    if chain and not _ws_chainable(bool(causal), wg, persistent, bool(dynamic)):
-        raise ValueError("chain=True needs persistent blocks of two warpgroups without causal "
-                         f"or the counter (got warpgroups={wg}, causal={bool(causal)}, "
-                         f"persistent={persistent}, dynamic={bool(dynamic)}); leave chain unset")
-    if chain is None:
-        chain = _ws_chained(d, bool(causal), wg, persistent, bool(dynamic))
-    if not persistent:
-        programs = n_work
-    elif programs is None:
-        programs = min(n_work, sm_count(q.device))
     # The counter the programs take blocks from (dynamic), zero at launch; else unused.
-    counter = torch.zeros(1, dtype=torch.int32, device=q.device) if dynamic else o
+    counter = torch.zeros(1, dtype=torch.int32, device=q.device) if launch.dynamic else o
     with on_device(q.device):
-        _attn_fwd_ws[(programs,)](
-            q, k, v, o, counter, s, n_blocks, n_work, scale * 1.4426950408889634,  # log2(e)
-            **_ws_constexprs(d, block_n, bool(causal), num_buf,
-                             _ws_pv_overlap(d) if pv_overlap is None else bool(pv_overlap), wg,
-                             persistent, q_buffers, dynamic, chain),
-            num_warps=4, maxnreg=maxnreg or _ws_maxnreg(wg))
+        _launch_ws(launch, (q, k, v, o, counter, s, launch.n_blocks, launch.n_work,
+                            scale * 1.4426950408889634))  # log2(e)
     return o
 
 
@@ -1148,11 +1210,7 @@ def _use_torch_allocator() -> None:
     import torch
     import triton
 
-    try:  # triton's own record of the allocator in this context
-        from triton.runtime._allocation import NullAllocator, _allocator
-        if not isinstance(_allocator.get(), NullAllocator):
-            return
-    except ImportError:
-        pass
+    if _allocator is not None and not isinstance(_allocator.get(), NullAllocator):
+        return
     triton.set_allocator(lambda size, alignment, stream: torch.empty(
         size, dtype=torch.int8, device="cuda"))
