@@ -34,7 +34,8 @@ class _Parser(argparse.ArgumentParser):
     """argparse, but a bad flag is one line (what was wrong, the flag or command meant where
     one is close, and where the help is), exit 2."""
 
-    #: the command line being parsed (set by :func:`main`): which subcommand a flag was for
+    #: the command line being parsed (set on the top-level parser by :func:`main`): which
+    #: subcommand a flag was for
     argv: Sequence[str] = ()
 
     def error(self, message: str) -> Any:  # type: ignore[override]
@@ -49,7 +50,7 @@ def _explained(parser: argparse.ArgumentParser, message: str) -> str:
     for action in parser._actions:  # noqa: SLF001 - argparse keeps its subparsers there
         if isinstance(action, argparse._SubParsersAction):  # noqa: SLF001
             commands = dict(action.choices)
-    command = next((a for a in _Parser.argv if a in commands), None)
+    command = next((a for a in getattr(parser, "argv", ()) if a in commands), None)
     target = commands.get(command, parser) if command else parser
     help_at = f"{parser.prog} {command}" if command else target.prog
     hint = ""
@@ -209,7 +210,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         report_cli = None
     if report_cli is not None:
         report_cli.add_parser(sub)
-    _Parser.argv = list(sys.argv[1:] if argv is None else argv)
+    parser.argv = list(sys.argv[1:] if argv is None else argv)
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # --help (0) or a bad flag (2, one line already printed)
