@@ -1,6 +1,6 @@
 """Host time per call of onlinesm's softmax and attention, beside torch's, on a GPU.
 
-What: for each case, three figures in µs per call:
+What: for each case, four figures in µs per call:
 - ``host``: the Python and launch time alone: calls issued while the GPU is held busy by a
   long sleep kernel, so none waits for the GPU (what a model loop pays on the CPU per call);
 - ``loop``: calls back to back, synchronised once at the end (host or GPU, whichever bounds);
@@ -92,7 +92,7 @@ def graph_us(fn: Callable[[], Any], calls: int = 20) -> float:
 
 
 def run(calls: int, repeat: int = 1, only: str = "") -> list[dict[str, Any]]:
-    """Each case's three figures for onlinesm and its torch peer (the host and loop figures
+    """Each case's four figures for onlinesm and its torch peer (the host and loop figures
     the median of ``repeat`` measurements; ``only``: the cases whose name holds it)."""
     import torch
     import torch.nn.functional as F

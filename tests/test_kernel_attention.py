@@ -811,7 +811,7 @@ def test_the_gluon_launch_is_planned_once_and_its_kernel_launched_directly(monke
     args = (q, q, q, q, q, 512, plan.n_blocks, plan.n_work, 0.5)
     ag._launch_ws(plan, args)
     ag._launch_ws(plan, args)
-    assert len(jit) == 1 and jit[0][1] == args and jit[0][2]["maxnreg"] == plan.maxnreg
+    assert len(jit) == 1 and jit[0][1] == args
     assert jit[0][2] == {**plan.constexprs, "num_warps": 4, "maxnreg": plan.maxnreg}
     assert direct == [((5, 1, 1), args + tuple(
         plan.constexprs[name] for name in ag._attn_fwd_ws.arg_names[9:]))]

@@ -1137,7 +1137,7 @@ def _launch_ws(launch: _WsLaunch, args: tuple[Any, ...]) -> None:
 
     The first launch of a specialisation goes through Triton's JIT, which compiles (or finds)
     the kernel; later ones launch that compiled kernel directly. The JIT would bind every
-    argument, rebuild its cache key from the thirteen compile-time ones (layouts among them)
+    argument, rebuild its cache key from the fourteen compile-time ones (layouts among them)
     and look the kernel up again, on every call: host time that on short rows is most of the
     call's. Of what the JIT specialises the runtime arguments on, the plan fixes the integers
     and :func:`fits` the pointers' alignment (16 bytes, as TMA needs; o and the counter are
