@@ -856,23 +856,13 @@ def _ws_pv_overlap(head_d: int) -> bool:
 
 
 def _ws_warpgroups(head_d: int, seq: int = 4096, causal: bool = False) -> int:
-    """Consumer warpgroups of the shipped launch: causal at D = 64, two below S = 4096 (128-row
-    blocks in key tiles of 128, cuDNN's own shape; since o leaves by TMA, on the H200, bf16,
-    of cuDNN, two runs, all from the counter with two Q buffers: S = 1024 / 2048 / 3072
-    0.94 / 0.97-1.01 / 0.97 against four's 0.79 / 0.93-0.95 / 0.97-0.98), four from 4096
-    (in 256-row blocks of 64-key tiles each warpgroup hands on 3 / 2 / 1 / 0 turns past its
-    diagonal; 4096: 1.01-1.03 against two's 0.98-1.00) and three from 8192 (one program
-    per block, 8192 / 16,384: 1.05-1.06 / 1.13-1.14 against four's 1.02 / 1.07-1.11).
-    Otherwise three at D = 64 (192-row blocks, as FlashAttention-3 runs it; on the H200,
-    bf16, of cuDNN: S = 4096 0.94 against two's 0.87, 16,384 1.04 against 0.92, causal
-    16,384 1.00 against 0.95), four at D = 64 below S = 2048
-    (256-row blocks in key tiles of 64, four K/V buffers: S = 1024 0.93 against three's 0.87
-    and the Triton kernel's 0.88, one run; S = 2048 0.95 against three's 0.97) unless three
-    leave fewer rows past S in the last block: there the rows past S cost four warpgroups a
-    turn each for nothing (one run: S = 1152 0.87 in four against 0.96 in three, 1920 0.90
-    against 0.98, 1664 0.89 in both; 1280 / 1792, whole blocks of four: 0.95 / 0.93 against
-    0.95 / 0.89), two at D = 128 (a 64 x 128 float32 accumulator per warpgroup needs the 168
-    registers)."""
+    """Consumer warpgroups of the shipped launch (64 query rows each). D = 128: two (a 64 x 128
+    float32 accumulator per warpgroup needs the 168 registers). D = 64, causal: two below
+    S = 4096, four from 4096, three from 8192. D = 64 without causal: three from S = 2048
+    (192-row blocks, as FlashAttention-3 runs it), and below that four, unless three leave
+    fewer rows past S in the last block (rows past S cost each warpgroup a turn for
+    nothing). Each choice won where it is taken: docs/performance.md, "The Gluon launch's
+    shape", gives the runs."""
     if head_d != 64:
         return 2
     if causal:
@@ -899,28 +889,10 @@ def _ws_dynamic(head_d: int, causal: bool, seq: int) -> bool:
     """Whether the shipped launch is persistent with its blocks taken from a counter, in the
     order one program per block runs them (as FlashAttention-3's tile scheduler): at D = 64
     without causal at every length, and causal at D = 128 below S = 16,384 and at D = 64
-    below 8192.
-
-    Without causal at D = 64, with two Q buffers (:func:`_ws_q_buffers`: the next block's Q
-    loads during this one's last tiles), against the static share i, i + SMs, ...: on an
-    H100, through ``attention()``, medians of 3 in one call, bf16 / fp16: S = 256
-    0.76 / 0.78 of cuDNN → 0.91 / 0.92 (each head one 256-row block, whose prologue and
-    epilogue weigh as much as its four key tiles), 512 +6.5 / +5.4%, 640 +10.4 / +9.8%,
-    768 +3.7 / +2.1%, 1152-4096 +1.8-6.9%; 384, 896 and 8192 level (-1.0 to +1.8%), and
-    12,288 / 16,384 level in two runs of ``--bench-ws --shipped-only --schedules 1,4``. One
-    Q buffer from the counter gained less (S = 256: 0.87 against 0.91, one run).
-
-    Causal at D = 64, S = 8192 three warpgroups from the counter with two Q buffers ran
-    1.08-1.11 of cuDNN against one program per block's 1.05-1.06 (two runs, twenty-first
-    round), but spill 124-304 bytes: not shipped. At D = 128 (H200, bf16, of cuDNN, medians
-    of 3 in one run: ``python bench/gluon_attention.py --bench-ws --shipped-only --causal
-    yes --dims 128 --schedules 0,3``) it ran 0.85 / 0.95 / 0.99 at S = 2048 / 4096 / 8192
-    against one program per block's 0.79 / 0.92 / 0.98 (S = 1024, one run: 0.81 against
-    0.67): the next block's loads start during this one's last tiles, where a new program
-    would start cold; at 16,384 1.02 against 1.04. At D = 64 in four warpgroups (``--dims
-    64 --candidates 8 --schedules 0,3``): 0.90 / 0.94 at S = 2048 / 4096 against 0.84 /
-    0.91; at S = 256 four warpgroups from the counter ran level with the two shipped
-    (0.96)."""
+    below 8192. Why: the next block's loads (and at D = 64 its Q, :func:`_ws_q_buffers`)
+    start during this block's last tiles, where a new program would start cold, and a
+    program that finishes early takes the next block. The runs behind each bound:
+    docs/performance.md, "The Gluon launch's shape"."""
     if head_d == 64 and not causal:
         return True
     return causal and seq < (16384 if head_d == 128 else 8192)
@@ -1041,28 +1013,12 @@ def fits(q: Any, k: Any, v: Any, *, mask: Any = None, return_lse: bool = False,
 
 
 def pays(q: Any, causal: bool = False) -> bool:
-    """Whether the kernel beats the Triton one for q's shape: from S = 256, causal or not.
-    On an H100 (bf16, of cuDNN, three runs in one call against the routing from 1024,
-    ``AB_RUNS=3 ATTN_ARGS="--dtypes bfloat16 --dims 64,128 --seqs 256,512,768 --causal
-    no,yes" bash bench/gpu_run.sh attention_ab``), at S = 256 / 512 / 768: D = 128 0.96 /
-    0.94 / 0.98 against the Triton kernel's 0.76 / 0.68 / 0.71, causal 0.96 / 0.91 / 0.95
-    against 0.91 / 0.76 / 0.74; D = 64 0.76 / 0.99 / 0.98 against 0.77 / 0.84 / 0.86, causal
-    0.96 / 0.87 / 0.94 against 0.88 / 0.86 / 0.84 (reports/h200/bench_attention.md,
-    twenty-eighth round). From S = 1024, measured on the H200 (bf16, of cuDNN): without
-    causal, persistent, 0.83-0.87 against 0.73 at D = 128, S = 1024, 0.98 against 0.91 at
-    D = 64, S = 2048, and 0.93-1.09 against 0.89-0.94 from 4096 (at D = 64, S = 1024 0.93 in
-    four warpgroups against 0.88, three ran 0.83-0.87); causal, D = 128 0.83 against 0.74 at
-    S = 1024, 0.90 against 0.77 at 2048 (medians of 3; the Triton kernel's one run) and
-    0.95-1.04 from 4096; causal, D = 64, through ``attention()`` (three runs in one call,
-    since o leaves by TMA): 0.94 / 0.97-0.99 / 1.00-1.03 / 1.05-1.10 at S = 1024 / 2048 /
-    4096 / 8192, where the Triton kernel ran 0.86-0.88 at 1024
-    (reports/h200/bench_attention.md, twenty-first round); since the masked tile's bounds
-    are constants of the warpgroup, 0.98-0.99 / 1.01-1.03 at 1024 / 2048 (twenty-second
-    round).
+    """Whether the kernel beats the Triton one for q's shape: from S = 256, causal or not, at
+    D = 64 and 128 (measured against the Triton kernel in the same calls on an H100 and the
+    H200: docs/performance.md, "The Gluon launch's shape").
 
     >>> pays(torch.empty(1, 16, 4096, 128))  # doctest: +SKIP
-    True
-    """
+    True"""
     return q.shape[-2] >= 256
 
 
