@@ -134,6 +134,20 @@ def test_sys_exit_at_import_is_exit_2(tmp_path: Path) -> None:
 # ---------------------------------------------------------------------------------------------
 # 3. Environment errors are usage errors (exit 2, UsageError), not kernel bugs
 
+@pytest.mark.parametrize("argv, says", [
+    ([], "TARGET is needed"),  # the missing target first, whatever else is missing
+    (["--dtypes", "bf16"], "TARGET is needed"),
+    (["nosuch:fn"], "--op softmax or --op attention is needed"),
+    (["onlinesm.reference:softmax_offline", "--workers", "2"], "--op softmax or --op attention"),
+], ids=["bare", "flags_only", "no_op", "no_op_workers"])
+def test_what_a_check_lacks_is_one_line_naming_the_first_thing_missing(
+        argv, says, tmp_path: Path, monkeypatch, capsys) -> None:
+    monkeypatch.chdir(tmp_path)  # no [tool.onlinesm] table here
+    assert main(["check", *argv]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("onlinesm: error: ") and says in err and "\n" not in err, err
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
 def test_cuda_without_cuda_is_a_usage_error(tmp_path: Path, capsys) -> None:
     with pytest.raises(UsageError, match="torch sees no CUDA device"):

@@ -95,7 +95,7 @@ def _run_check(args: argparse.Namespace) -> int:
     from onlinesm.check import check
     from onlinesm.devices import select_device
     from onlinesm.errors import UsageError
-    from onlinesm.options import keywords, refuse_moot
+    from onlinesm.options import check_op, keywords, refuse_moot
     from onlinesm.targets import TargetError, load_target
 
     from onlinesm.matrix_cli import run as run_matrix
@@ -109,13 +109,12 @@ def _run_check(args: argparse.Namespace) -> int:
     except ValueError as err:
         return _error(str(err))
     convention = kw.get("convention")
-    op = args.op or ("attention" if convention not in (None, "onlinesm") else None)
     target = args.target or (SDPA_TARGET if convention == "sdpa" else None)
     try:
-        if op is None:
-            raise UsageError("--op softmax or --op attention is needed (or a --convention, which implies attention)")
         if target is None:
-            raise UsageError("TARGET is needed: package.module:function or path/to/file.py:function")
+            raise UsageError("TARGET is needed: package.module:function or path/to/file.py:function "
+                             "(e.g. onlinesm check mypkg.kernels:softmax --op softmax)")
+        op = check_op(args.op, convention)
         kw["device"] = select_device(kw.get("device"))
         if "profile" in kw:
             from onlinesm.check import profile_name

@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> int | None:
     """The exit code when the matrix (or ``--workers``) handles this check, else None."""
     from onlinesm.config import ConfigError, KernelEntry, find_config, load_config
     from onlinesm.errors import UsageError
-    from onlinesm.options import keywords
+    from onlinesm.options import check_op, keywords
 
     workers = getattr(args, "workers", None) or 1
     target = args.target
@@ -71,9 +71,10 @@ def run(args: argparse.Namespace) -> int | None:
         from onlinesm.adapters import SDPA_TARGET
 
         target = target or SDPA_TARGET
-        op = args.op or ("attention" if kw.get("convention") not in (None, "onlinesm") else None)
-        if op is None:
-            return _error("--op softmax or --op attention is needed (or a --convention, which implies attention)")
+        try:
+            op = check_op(args.op, kw.get("convention"))
+        except UsageError as err:
+            return _error(str(err))
         kinds = kw.pop("mask_kinds", None) or []
         if len(kinds) > 1:
             return _error("--workers checks one mask kind; run one command per kind (--mask-kinds KIND)")

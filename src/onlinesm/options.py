@@ -26,7 +26,7 @@ import re
 from typing import Any, Callable
 
 __all__ = ["Option", "OPTIONS", "add_options", "keywords", "as_flags", "refuse_moot",
-           "add_pytest_options", "pytest_keywords"]
+           "check_op", "add_pytest_options", "pytest_keywords"]
 
 
 def _csv(text: str) -> list[str]:
@@ -280,6 +280,23 @@ def refuse_moot(kw: dict[str, Any]) -> None:
     for key, idle, flag, why in moot:
         if key in kw and idle:
             raise ValueError(f"{flag} does nothing here: {why}")
+
+
+def check_op(op: str | None, convention: str | None) -> str:
+    """The operation ``onlinesm check`` tests: ``--op``, else attention where a ``--convention``
+    other than onlinesm's names an attention layout; a one-line UsageError where neither says.
+
+    >>> check_op(None, "sdpa")
+    'attention'
+    """
+    from onlinesm.errors import UsageError
+
+    if op is None and convention not in (None, "onlinesm"):
+        return "attention"
+    if op is None:
+        raise UsageError("--op softmax or --op attention is needed (or a --convention, which "
+                         "implies attention)")
+    return op
 
 
 def add_pytest_options(group: Any) -> None:
