@@ -132,7 +132,7 @@ def test_sys_exit_at_import_is_exit_2(tmp_path: Path) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# 3. Environment errors are usage errors (exit 2, UsageError), not kernel bugs
+# 3. Missing arguments and environment errors are usage errors (exit 2, UsageError), not kernel bugs
 
 @pytest.mark.parametrize("argv, says", [
     ([], "TARGET is needed"),  # the missing target first, whatever else is missing

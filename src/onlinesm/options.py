@@ -291,12 +291,12 @@ def check_op(op: str | None, convention: str | None) -> str:
     """
     from onlinesm.errors import UsageError
 
-    if op is None and convention not in (None, "onlinesm"):
+    if op is not None:
+        return op
+    if convention not in (None, "onlinesm"):
         return "attention"
-    if op is None:
-        raise UsageError("--op softmax or --op attention is needed (or a --convention, which "
-                         "implies attention)")
-    return op
+    raise UsageError("--op softmax or --op attention is needed (or a --convention, which "
+                     "implies attention)")
 
 
 def add_pytest_options(group: Any) -> None:
