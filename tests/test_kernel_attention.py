@@ -796,7 +796,7 @@ def test_the_gluon_launch_is_planned_once_and_its_kernel_launched_directly(monke
             return lambda *args: direct.append((grid, args))
 
     class Jit:
-        arg_names = ag._attn_fwd_ws.arg_names
+        fn = staticmethod(ag._attn_fwd_ws.fn)  # the parameters a compiled kernel takes
 
         def __getitem__(self, grid):
             return lambda *args, **kw: jit.append((grid, args, kw)) or Compiled()
@@ -806,6 +806,7 @@ def test_the_gluon_launch_is_planned_once_and_its_kernel_launched_directly(monke
                                      None, None, 5, None, None, None)  # not the shared cache
     assert ag._ws_launch(2, 3, 512, 64, device, True, *[None] * 6, 5, *[None] * 3) is \
         ag._ws_launch(2, 3, 512, 64, device, True, *[None] * 6, 5, *[None] * 3)
+    jit_kernel = ag._attn_fwd_ws
     monkeypatch.setattr(ag, "_attn_fwd_ws", Jit())
     q = torch.zeros(4, dtype=torch.bfloat16)
     args = (q, q, q, q, q, 512, plan.n_blocks, plan.n_work, 0.5)
@@ -814,8 +815,8 @@ def test_the_gluon_launch_is_planned_once_and_its_kernel_launched_directly(monke
     assert len(jit) == 1 and jit[0][1] == args
     assert jit[0][2] == {**plan.constexprs, "num_warps": 4, "maxnreg": plan.maxnreg}
     assert direct == [((5, 1, 1), args + tuple(
-        plan.constexprs[name] for name in ag._attn_fwd_ws.arg_names[9:]))]
-    assert list(plan.constexpr_args) != list(plan.constexprs.values())  # the order matters
+        plan.constexprs[name] for name in jit_kernel.arg_names[9:]))]
+    assert list(direct[0][1][9:]) != list(plan.constexprs.values())  # the order matters
     half = (q.half(),) * 5 + args[5:]
     ag._launch_ws(plan, half)  # fp16: a specialisation of its own
     assert len(jit) == 2 and len(direct) == 1

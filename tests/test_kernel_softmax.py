@@ -1012,16 +1012,49 @@ def test_gpu_split_variants_stay_correct(dtype, knobs):
 @gpu
 @requires_cuda
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
-def test_gpu_split_grid_sized_by_registers(dtype):
-    # The second launch takes its grid from the first one's compiled registers.
+def test_gpu_split_grid_sized_by_registers(dtype, monkeypatch):
+    # The second launch takes its grid from the first one's compiled registers, read once:
+    # later launches of the same plan run the same compiled kernel.
     sm._SPLIT_FIT.clear()
+    sm._LAUNCHES.clear()
+    sizings = []
+    fit = sm._programs_that_fit
+    monkeypatch.setattr(sm, "_programs_that_fit", lambda *a: sizings.append(a) or fit(*a))
+    assert sm._plan_module.TUNING["split_fit_registers"]  # shipped on
     t = _hard_rows(50257, dtype)
-    for _ in range(2):
-        check(t, softmax(t, tuning=dict(split_fit_registers=True)))
-    assert len(sm._SPLIT_FIT) == 1
+    for _ in range(3):
+        check(t, softmax(t))
+    assert len(sm._SPLIT_FIT) == 1 and len(sizings) == 1
     # at most the plan's count (the grid must stay one the GPU holds at once), at least one
     _p, knobs, _align, _shift = sm._launch_plan(t, t, "auto", None, None, None)
     assert 1 <= next(iter(sm._SPLIT_FIT.values())) <= knobs["split_programs_per_sm"]
+
+
+@gpu
+@requires_cuda
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("n, path", [(1000, "auto"), (1001, "on_chip"), (12288, "auto"),
+                                     (5001, "stream"), (50257, "split")])
+def test_gpu_repeated_calls_launch_their_kernel_directly_and_stay_right(dtype, n, path,
+                                                                       monkeypatch):
+    # A plan's first call compiles through Triton's JIT; later calls of the same shape launch
+    # the compiled kernel directly (the JIT made to raise proves it), on other data, as right.
+    import triton
+
+    sm._LAUNCHES.clear()
+    t = _hard_rows(n, dtype)
+    for fm in ("zeros", "nan"):
+        check(t, softmax(t, path=path, fully_masked=fm), fm)
+
+    def no_jit(*args, **kwargs):
+        raise AssertionError("launched through the JIT again")
+
+    monkeypatch.setattr(triton.runtime.jit.JITFunction, "run", no_jit)
+    for seed in (1, 2):
+        u = make(gaussian(6, n, scale=4.0, seed=seed), dtype)
+        u[2] = float("-inf")
+        for fm in ("zeros", "nan"):
+            check(u, softmax(u, path=path, fully_masked=fm), fm)
 
 
 @gpu

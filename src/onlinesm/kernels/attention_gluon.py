@@ -50,7 +50,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     warpgroup_mma_wait,
 )
 
-from onlinesm.kernels.launching import SMEM_BYTES, capability, on_device, sm_count
+from onlinesm.kernels.launching import SMEM_BYTES, capability, launch_kernel, on_device, sm_count
 
 try:  # triton's own record of the allocator in this context (_use_torch_allocator)
     from triton.runtime._allocation import NullAllocator, _allocator
@@ -1032,8 +1032,6 @@ class _WsLaunch(NamedTuple):
     dynamic: bool
     maxnreg: int
     constexprs: dict[str, Any]
-    #: the same, in the kernel's order of parameters (a compiled kernel takes them so)
-    constexpr_args: tuple[Any, ...]
     #: the compiled kernel of each specialisation launched so far (:func:`_launch_ws`)
     compiled: dict[Any, Any]
 
@@ -1084,30 +1082,19 @@ def _ws_launch(b: int, h: int, s: int, d: int, device: Any, causal: bool,
                                 _ws_pv_overlap(d) if pv_overlap is None else bool(pv_overlap),
                                 wg, persistent, q_buffers, dynamic, bool(chain))
     return _WsLaunch(programs, n_blocks, n_work, dynamic, maxnreg or _ws_maxnreg(wg),
-                     constexprs, tuple(constexprs[n] for n in _attn_fwd_ws.arg_names[9:]), {})
+                     constexprs, {})
 
 
 def _launch_ws(launch: _WsLaunch, args: tuple[Any, ...]) -> None:
     """Launch ``_attn_fwd_ws`` on ``args`` (its nine runtime arguments) as ``launch`` plans,
-    on the current device and stream.
-
-    The first launch of a specialisation goes through Triton's JIT, which compiles (or finds)
-    the kernel; later ones launch that compiled kernel directly. The JIT would bind every
-    argument, rebuild its cache key from the fourteen compile-time ones (layouts among them)
-    and look the kernel up again, on every call: host time that on short rows is most of the
-    call's. Of what the JIT specialises the runtime arguments on, the plan fixes the integers
-    and :func:`fits` the pointers' alignment (16 bytes, as TMA needs; o and the counter are
-    fresh allocations): the dtype is left."""
-    key = args[0].dtype
-    kernel = launch.compiled.get(key)
-    if kernel is None:
-        kernel = _attn_fwd_ws[(launch.programs,)](
-            *args, **launch.constexprs, num_warps=4, maxnreg=launch.maxnreg)
-        if hasattr(kernel, "result"):  # a compilation still in flight: its kernel
-            kernel = kernel.result()
-        launch.compiled[key] = kernel
-        return
-    kernel[(launch.programs, 1, 1)](*args, *launch.constexpr_args)
+    on the current device and stream: through Triton's JIT the first time for each dtype,
+    then its compiled kernel directly (:func:`~onlinesm.kernels.launching.launch_kernel`).
+    Of what the JIT specialises the runtime arguments on, the plan fixes the integers and
+    :func:`fits` the pointers' alignment (16 bytes, as TMA needs; o and the counter are
+    fresh allocations): the dtype is left, the key."""
+    launch_kernel(_attn_fwd_ws, (launch.programs,), args,
+                  dict(launch.constexprs, num_warps=4, maxnreg=launch.maxnreg),
+                  launch.compiled, args[0].dtype)
 
 
 def forward(q: Any, k: Any, v: Any, *, causal: bool = False, scale: float | None = None,

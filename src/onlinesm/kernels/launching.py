@@ -7,7 +7,8 @@ integer arithmetic (:func:`cdiv`, :func:`next_pow2`) in plain Python.
 Why: on short inputs a launch's host time is the call's time (a softmax of 256 x 1024 runs
 for a few µs on an H200), and torch's device queries and ``torch.cuda.device`` cost µs each
 on every call; so do ``triton.cdiv`` and ``triton.next_power_of_2``, which newer tritons
-(3.9 here) wrap as constexpr functions (about 4 µs a call from the host). No torch at import:
+(3.9 here) wrap as constexpr functions (about 4 µs a call from the host), and so does
+Triton's JIT on every launch (:func:`launch_kernel` goes around it). No torch at import:
 ``softmax_plan`` (plain Python) takes :func:`next_pow2` from here.
 
     >>> from onlinesm.kernels.launching import on_device, sm_count
@@ -19,13 +20,14 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import inspect
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     import torch
 
 __all__ = ["device_properties", "sm_count", "capability", "on_device", "cdiv", "next_pow2",
-           "SMEM_BYTES"]
+           "launch_kernel", "SMEM_BYTES"]
 
 #: Shared memory one program may take on the H100 and H200 (227 KiB of the SM's 228)
 SMEM_BYTES = 227 * 1024
@@ -79,3 +81,42 @@ def on_device(device: torch.device) -> Any:
     if device.type != "cuda" or device.index is None or device.index == torch.cuda.current_device():
         return contextlib.nullcontext()
     return torch.cuda.device(device)
+
+
+def launch_kernel(kernel: Any, grid: tuple[int, ...], args: tuple[Any, ...],
+                  options: dict[str, Any], compiled: dict[Any, Any], key: Any = None) -> Any:
+    """Launch the Triton kernel ``kernel`` on ``grid`` with its runtime ``args`` (the
+    parameters before its constexprs, in order) and ``options`` (its constexprs by name, and
+    num_warps, maxnreg and such), on the current device and stream; returns the compiled
+    kernel (None under the interpreter).
+
+    The first launch under ``key`` goes through Triton's JIT, which compiles (or finds) the
+    kernel and is kept in ``compiled``; later ones launch that compiled kernel directly. The
+    JIT would bind every argument, rebuild its cache key from them and look the kernel up
+    again on every call: tens of µs of host time, most of a short call's. The caller owns
+    the promise this rests on: every launch under one key specialises alike (the same
+    dtypes and constexprs, integers equal where the kernel specialises on them, pointers
+    aligned alike), which a key made of the launch's plan and its inputs' alignment keeps.
+
+    >>> launch_kernel(kernel, (8,), (x, y, n), dict(BLOCK=1024, num_warps=4),
+    ...               plan.compiled)  # doctest: +SKIP
+    """
+    hit = compiled.get(key)
+    if hit is None:
+        done = kernel[grid](*args, **options)
+        if hasattr(done, "result"):  # a compilation still in flight: its kernel
+            done = done.result()
+        if done is not None:  # the interpreter compiles nothing
+            compiled[key] = (done, _constexpr_values(kernel, len(args), options))
+        return done
+    done, constexprs = hit
+    done[tuple(grid) + (1,) * (3 - len(grid))](*args, *constexprs)
+    return done
+
+
+def _constexpr_values(kernel: Any, n_args: int, options: dict[str, Any]) -> tuple[Any, ...]:
+    """The values of ``kernel``'s parameters after its first ``n_args``, in order, from
+    ``options`` or their defaults: a compiled kernel takes every parameter by position, its
+    constexprs included (it ignores their values, baked in at compilation)."""
+    params = list(inspect.signature(kernel.fn).parameters.values())[n_args:]
+    return tuple(options.get(p.name, p.default) for p in params)

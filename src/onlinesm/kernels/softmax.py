@@ -78,7 +78,7 @@ import triton.language as tl
 from onlinesm.kernels import softmax_plan as _plan_module
 from onlinesm.kernels.launching import cdiv
 from onlinesm.kernels.launching import device_properties as _device_properties
-from onlinesm.kernels.launching import on_device
+from onlinesm.kernels.launching import launch_kernel, on_device
 from onlinesm.kernels.launching import sm_count as _sm_count
 from onlinesm.kernels.pinning import configs_pinned
 from onlinesm.kernels.softmax_plan import (
@@ -1184,7 +1184,8 @@ class _Launch:
     """One planned launch of the softmax kernels, without its tensors: the kernel, its grid
     (on chip and streamed), its constexprs, warps and register cap (``options``), and for
     split rows the chunks' columns, the programs per SM it asks for and the key of
-    ``_SPLIT_FIT`` that resizes it by what the last such launch's registers let an SM hold."""
+    ``_SPLIT_FIT`` that resizes it by what its compiled kernel's registers let an SM hold;
+    and that compiled kernel once launched (``launch_kernel``: later calls skip the JIT)."""
 
     path: str
     kernel: Any
@@ -1193,6 +1194,7 @@ class _Launch:
     columns: Any = None
     per_sm: int = 0
     fit_key: tuple[Any, ...] | None = None
+    compiled: dict[Any, Any] = dataclasses.field(default_factory=dict, compare=False)
 
     def ints(self, x2: torch.Tensor, y2: torch.Tensor) -> tuple[int, ...]:
         """The integer arguments of the on-chip and streaming kernels, after x and y."""
@@ -1300,9 +1302,12 @@ def softmax(
 
 
 def _run(launch: _Launch, x2: torch.Tensor, y2: torch.Tensor) -> None:
-    """Launch ``launch`` on the rows of x2, written into y2."""
+    """Launch ``launch`` on the rows of x2, written into y2: through Triton's JIT the first
+    time, then its compiled kernel directly (``launch_kernel``; the key of ``_LAUNCHES``
+    fixes everything the JIT specialises on: shape, strides, x's and y's alignment)."""
     if launch.path != "split":
-        launch.kernel[launch.grid](x2, y2, *launch.ints(x2, y2), **launch.options)
+        launch_kernel(launch.kernel, launch.grid, (x2, y2, *launch.ints(x2, y2)), launch.options,
+                      launch.compiled)
         return
     n_rows, n_cols = x2.shape
     vector = 16 // x2.element_size()
@@ -1317,11 +1322,13 @@ def _run(launch: _Launch, x2: torch.Tensor, y2: torch.Tensor) -> None:
     else:
         part = torch.empty(n_rows * split * 2, dtype=torch.float32, device=x2.device)
         count = torch.zeros(n_rows, dtype=torch.int32, device=x2.device)
-    compiled = launch.kernel[(groups * split,)](
-        x2, y2, part, count, n_rows, n_cols, x2.stride(0), y2.stride(0), launch.columns,
-        _readable(x2) // vector * vector,
-        **launch.options)
-    if launch.fit_key:
+    fresh = None not in launch.compiled  # its first launch: it compiles, then it is sized
+    compiled = launch_kernel(
+        launch.kernel, (groups * split,),
+        (x2, y2, part, count, n_rows, n_cols, x2.stride(0), y2.stride(0), launch.columns,
+         _readable(x2) // vector * vector),
+        launch.options, launch.compiled)
+    if launch.fit_key and fresh:
         props = _device_properties(x2.device)
         _SPLIT_FIT[launch.fit_key] = _programs_that_fit(
             launch.per_sm, int(getattr(compiled, "n_regs", 0) or 0),
@@ -1371,7 +1378,8 @@ def _split_options(p: Plan, t: dict[str, Any], align: int, shift: int,
 
 #: Programs per SM for split launches, by launch (device, dtype, check mode and the launch's
 #: options: constexprs, warps, register cap), from the registers and shared memory of the
-#: kernel the last such launch compiled (with TUNING["split_fit_registers"]).
+#: kernel such a launch compiled (with TUNING["split_fit_registers"]), read at a planned
+#: launch's first call (its later calls launch the same compiled kernel).
 _SPLIT_FIT: dict[tuple[Any, ...], int] = {}
 
 
