@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import importlib.util
 import itertools
+import inspect
 import math
 import os
 import subprocess
@@ -312,6 +313,40 @@ def _gpu_case(dtype: Any, case: tuple) -> None:
     _check(o, lse, *_bounds(q, k, v, dtype, mask=mask, causal=causal, causal_align=align))
     o2, lse2 = attention(q, k, v, mask=mask, causal=causal, causal_align=align, return_lse=True)
     assert torch.equal(o, o2) and torch.equal(lse, lse2), "not deterministic"
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("pinned", [True, False], ids=["pinned", "autotuned"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["float32", "bfloat16"])
+def test_gpu_repeated_calls_launch_their_kernel_directly_and_stay_right(dtype, pinned,
+                                                                       monkeypatch):
+    # The Triton kernel with a known config (pinned, or the autotuner's pick) compiles through
+    # the JIT once per specialisation; later calls launch the compiled kernel directly (the
+    # JIT made to raise proves it), on other data, as right. Cases with and without a mask.
+    import triton
+
+    if not pinned:
+        monkeypatch.delenv("ONLINESM_ATTENTION_CONFIG")
+    cases = [(1, 4, 2, 301, 517, 64, True, "bottom-right", False),
+             (2, 4, 1, 257, 900, 40, False, "top-left", True)]
+    for case in cases:  # two calls each: the JIT (autotuned: the autotuner, then the JIT)
+        _gpu_case(dtype, case)
+
+    def no_jit(*args, **kwargs):
+        raise AssertionError("launched through the JIT again")
+
+    monkeypatch.setattr(triton.runtime.jit.JITFunction, "run", no_jit)
+    for B, H, Hkv, Sq, Sk, D, causal, align, use_mask in cases:
+        q, k, v = _inputs((B, H, Sq, D), (B, Hkv, Sk, D), dtype, seed=99, q_scale=4.0)
+        mask = None
+        if use_mask:
+            mask = (torch.rand(B, 1, Sq, Sk, generator=torch.Generator().manual_seed(7)) > 0.5)
+            mask[:, :, :, :200] = False
+            mask[:, :, 3] = False
+            mask = mask.to(DEVICE)
+        o, lse = attention(q, k, v, mask=mask, causal=causal, causal_align=align,
+                           return_lse=True)
+        _check(o, lse, *_bounds(q, k, v, dtype, mask=mask, causal=causal, causal_align=align))
 
 
 # ---- the Gluon candidate (bench/gluon_attention.py: not shipped, not yet run on a GPU) ----
@@ -895,10 +930,12 @@ def _autotuned_path_on_the_cpu(monkeypatch: pytest.MonkeyPatch, tuner: Any) -> N
 
 def test_the_autotuners_pick_is_launched_directly_once_made(monkeypatch):
     # attention() remembers the config the autotuner picked and launches it on the fully
-    # specialised kernel next time, with the same arguments: a new key tunes again. The two
-    # kernels are stubs that record their launches (no GPU needed).
+    # specialised kernel next time, with the same arguments: through the JIT once, then the
+    # kernel it compiled directly; a new key tunes again, and arguments the JIT specialises
+    # otherwise (a length no longer a multiple of 16) compile again. The kernels are stubs
+    # that record their launches (no GPU needed).
     module = sys.modules["onlinesm.kernels.attention"]
-    tuned, direct = [], []
+    tuned, jit, direct = [], [], []
     import triton
 
     pick = triton.Config({"BLOCK_M": 32, "BLOCK_N": 16}, num_warps=4, num_stages=2)
@@ -912,23 +949,38 @@ def test_the_autotuners_pick_is_launched_directly_once_made(monkeypatch):
                 tuned.append((grid({"BLOCK_M": 32}), args, kwargs))
             return launch
 
-    class Kernel:
+    class Compiled:
         def __getitem__(self, grid):
-            return lambda *args, **kwargs: direct.append((grid, args, kwargs))
+            return lambda *args: direct.append((grid, args))
+
+    class Kernel:
+        fn = staticmethod(module._attn_fwd.fn)  # the parameters a compiled kernel takes
+
+        def __getitem__(self, grid):
+            return lambda *args, **kwargs: jit.append((grid, args, kwargs)) or Compiled()
 
     _autotuned_path_on_the_cpu(monkeypatch, Tuner())
     monkeypatch.setattr(module, "_attn_fwd_specialised", Kernel())
-    q = torch.zeros(2, 3, 100, 64, dtype=torch.bfloat16)
+    monkeypatch.setattr(module, "_COMPILED", {})
+    q = torch.zeros(2, 3, 96, 64, dtype=torch.bfloat16)
     module.attention(q, q, q, causal=True)
-    assert len(tuned) == 1 and not direct
+    assert len(tuned) == 1 and not jit
     module.attention(q, q, q, causal=True)
-    assert len(tuned) == 1 and len(direct) == 1
-    grid, args, kwargs = direct[0]
-    assert grid == tuned[0][0] == (4, 6)  # cdiv(100, 32) query blocks, B * H
+    assert len(tuned) == 1 and len(jit) == 1 and not direct
+    grid, args, kwargs = jit[0]
+    assert grid == tuned[0][0] == (3, 6)  # cdiv(96, 32) query blocks, B * H
     assert kwargs == {**tuned[0][2], **pick.all_kwargs()}
     assert all(a is b or a == b for a, b in zip(args[6:], tuned[0][1][6:]))  # past the tensors
+    module.attention(q, q, q, causal=True)
+    assert len(jit) == 1 and len(direct) == 1
+    n_params = len(inspect.signature(module._attn_fwd.fn).parameters)
+    assert direct[0][0] == (3, 6, 1) and len(direct[0][1]) == n_params
+    assert direct[0][1][len(args):len(args) + 2] == (32, 16)  # BLOCK_M, BLOCK_N: in order
+    p = torch.zeros(2, 3, 100, 64, dtype=torch.bfloat16)  # the same key, S no multiple of 16
+    module.attention(p, p, p, causal=True)
+    assert len(tuned) == 1 and len(jit) == 2 and len(direct) == 1
     module.attention(q, q, q, causal=False)  # another key: the autotuner again
-    assert len(tuned) == 2 and len(direct) == 1
+    assert len(tuned) == 2 and len(jit) == 2 and len(direct) == 1
 
 
 def test_two_threads_tuning_at_once_each_keep_their_own_pick(monkeypatch):

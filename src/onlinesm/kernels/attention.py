@@ -65,7 +65,8 @@ import triton
 import triton.language as tl
 
 from onlinesm.kernels import KernelModule
-from onlinesm.kernels.launching import SMEM_BYTES, cdiv, next_pow2, on_device
+from onlinesm.kernels.launching import (SMEM_BYTES, cdiv, launch_kernel, next_pow2, on_device,
+                                        specialisation)
 from onlinesm.kernels.pinning import configs_pinned
 
 __all__ = [
@@ -541,6 +542,12 @@ _attn_fwd_specialised = triton.jit(_attn_fwd.fn)
 _TUNED: dict[tuple[Any, ...], Any] = {}
 _TUNE_LOCK = threading.Lock()
 
+#: The compiled kernels of the launches made with a known config (pinned, or the autotuner's
+#: pick), by config, constexprs, device and the arguments' specialisation: later calls launch
+#: them directly (``launch_kernel``). Bounded: cleared when full.
+_COMPILED: dict[tuple[Any, ...], Any] = {}
+_COMPILED_MAX = 4096
+
 _attn_fwd_tuned = triton.autotune(
     configs=[
         triton.Config({"BLOCK_M": bm, "BLOCK_N": bn}, num_stages=s, num_warps=w)
@@ -802,14 +809,13 @@ def attention(
         # runs the fully specialised kernel, as the autotuned path does
         kernel = _attn_fwd if configs_pinned() else _attn_fwd_specialised
         with on_device(q.device):
-            kernel[(cdiv(Sq, bm), B * H)](
-                *args, BLOCK_M=bm, BLOCK_N=bn, num_stages=stages, num_warps=warps, **cap,
-                **common,
-            )
+            _launch_known(kernel, (cdiv(Sq, bm), B * H), args, dict(
+                BLOCK_M=bm, BLOCK_N=bn, num_stages=stages, num_warps=warps, **cap, **common),
+                q.device)
     else:
         # The autotuner's key (the buckets, the constexprs, the tensors' dtypes) and more: its
         # pick, once made, is launched directly, which spares each call the autotuner's own
-        # 15-30 µs of host time (a short call's whole time on the GPU).
+        # 15-30 µs of host time (a short call's whole time on the GPU), and the JIT's.
         key = (q.device, q.dtype, mask_t.dtype, *args[-2:], *common.values())
         config = _TUNED.get(key)
         with on_device(q.device):
@@ -819,11 +825,22 @@ def attention(
                     _attn_fwd_tuned[grid](*args, **common)
                     _TUNED[key] = _attn_fwd_tuned.best_config
             else:
-                _attn_fwd_specialised[(cdiv(Sq, config.kwargs["BLOCK_M"]), B * H)](
-                    *args, **config.all_kwargs(), **common)
+                _launch_known(_attn_fwd_specialised, (cdiv(Sq, config.kwargs["BLOCK_M"]), B * H),
+                              args, {**config.all_kwargs(), **common}, q.device)
     if return_lse:
         return out, lse
     return out
+
+
+def _launch_known(kernel: Any, grid: tuple[int, int], args: tuple[Any, ...],
+                  options: dict[str, Any], device: Any) -> None:
+    """Launch ``kernel`` with a known config: through Triton's JIT the first time for its
+    options, device and the arguments' :func:`~onlinesm.kernels.launching.specialisation`,
+    then its compiled kernel directly (``launch_kernel``)."""
+    key = (kernel, device, specialisation(args), *options.items())
+    if key not in _COMPILED and len(_COMPILED) >= _COMPILED_MAX:
+        _COMPILED.clear()
+    launch_kernel(kernel, grid, args, options, _COMPILED, key)
 
 
 # the module calls attention() too: see KernelModule

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     import torch
 
 __all__ = ["device_properties", "sm_count", "capability", "on_device", "cdiv", "next_pow2",
-           "launch_kernel", "SMEM_BYTES"]
+           "launch_kernel", "specialisation", "SMEM_BYTES"]
 
 #: Shared memory one program may take on the H100 and H200 (227 KiB of the SM's 228)
 SMEM_BYTES = 227 * 1024
@@ -112,6 +112,29 @@ def launch_kernel(kernel: Any, grid: tuple[int, ...], args: tuple[Any, ...],
     done, constexprs = hit
     done[tuple(grid) + (1,) * (3 - len(grid))](*args, *constexprs)
     return done
+
+
+def specialisation(args: tuple[Any, ...]) -> tuple[Any, ...]:
+    """What Triton's JIT specialises a kernel's runtime ``args`` on, as a key for
+    :func:`launch_kernel`: a tensor's dtype and whether its address is a multiple of 16; an
+    integer's width (32 or 64 bits), whether it is 1 and whether a multiple of 16; a bool's
+    value; other values (floats, None) by type. Launches whose ``args`` give the same tuple
+    (and the same constexprs) run the same compiled kernel.
+
+    >>> specialisation((torch.empty(4), 1, 48, 2**40, 0.5, True))  # doctest: +SKIP
+    ((torch.float32, True), (True, False, 32), (False, True, 32), (False, True, 64), float, True)
+    """
+    key = []
+    for a in args:
+        if isinstance(a, bool):
+            key.append(a)
+        elif isinstance(a, int):
+            key.append((a == 1, a % 16 == 0, 32 if -2**31 <= a < 2**31 else 64))
+        elif hasattr(a, "data_ptr"):
+            key.append((a.dtype, a.data_ptr() % 16 == 0))
+        else:
+            key.append(type(a))
+    return tuple(key)
 
 
 def _constexpr_values(kernel: Any, n_args: int, options: dict[str, Any]) -> tuple[Any, ...]:
