@@ -100,3 +100,17 @@ def test_what_compiles_nothing_or_later_is_handled():
     assert launching.launch_kernel(jit, (1,), (1, 2, 3), dict(BLOCK=16), compiled) is done
     launching.launch_kernel(jit, (1,), (1, 2, 3), dict(BLOCK=16), compiled)
     assert direct == [((1, 1, 1), (1, 2, 3, 16, 1, False))]
+
+
+def test_the_specialisation_key_tells_apart_what_triton_compiles_apart():
+    # Arguments Triton's JIT compiles alike give one key; each thing it specialises on, moved
+    # alone, gives another: a tensor's dtype or 16-byte alignment, an integer equal to 1, a
+    # multiple of 16 or not, past 32 bits; a bool's value.
+    x = torch.empty(64)
+    base = launching.specialisation((x, 48, 7, 2.5, True))
+    assert launching.specialisation((torch.empty(64), 32, 9, -1.0, True)) == base
+    for moved in ((x.double(), 48, 7, 2.5, True), (x[1:], 48, 7, 2.5, True),
+                  (x, 47, 7, 2.5, True), (x, 48, 1, 2.5, True), (x, 48, 2**31 + 7, 2.5, True),
+                  (x, 48, 7, 2.5, False)):
+        assert launching.specialisation(moved) != base, moved
+    assert launching.specialisation((2**63 + 16,)) != launching.specialisation((2**62 + 16,))

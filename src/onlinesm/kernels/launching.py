@@ -118,18 +118,21 @@ def specialisation(args: tuple[Any, ...]) -> tuple[Any, ...]:
     """What Triton's JIT specialises a kernel's runtime ``args`` on, as a key for
     :func:`launch_kernel`: a tensor's dtype and whether its address is a multiple of 16; an
     integer's width (32 or 64 bits), whether it is 1 and whether a multiple of 16; a bool's
-    value; other values (floats, None) by type. Launches whose ``args`` give the same tuple
+    value; other values (floats, None) by type. Under Triton's own rules (1 and multiples of
+    16 apart, i32 / i64 / u64 by range). Launches whose ``args`` give the same tuple
     (and the same constexprs) run the same compiled kernel.
 
     >>> specialisation((torch.empty(4), 1, 48, 2**40, 0.5, True))  # doctest: +SKIP
-    ((torch.float32, True), (True, False, 32), (False, True, 32), (False, True, 64), float, True)
+    ((torch.float32, True), (True, False, 'i32'), (False, True, 'i32'), (False, True, 'i64'),
+     <class 'float'>, True)
     """
     key = []
     for a in args:
         if isinstance(a, bool):
             key.append(a)
         elif isinstance(a, int):
-            key.append((a == 1, a % 16 == 0, 32 if -2**31 <= a < 2**31 else 64))
+            kind = "i32" if -2**31 <= a < 2**31 else "i64" if a < 2**63 else "u64"
+            key.append((a == 1, a % 16 == 0, kind))
         elif hasattr(a, "data_ptr"):
             key.append((a.dtype, a.data_ptr() % 16 == 0))
         else:
