@@ -899,10 +899,19 @@ def test_gpu_use_gluon_runs_the_calls_it_covers(dtype: Any, causal: bool, d: int
         o = attention(q_off, k, v, causal=causal)
         assert calls == [1, 1]
         assert np.all(np.abs(to_numpy(o).astype(np.float64) - o_ref) <= o_tol)
+        # the same, strided ([B, S, H, D] memory read as [B, H, S, D]): forward's copy is
+        # aligned, so the Gluon kernel takes it
+        q_bshd = torch.empty(q.numel() + 1, dtype=dtype, device=q.device)[1:]
+        q_bshd = q_bshd.view(1, 256, 2, d).transpose(1, 2)
+        q_bshd.copy_(q * 8)
+        assert not q_bshd.is_contiguous() and ag.fits(q_bshd, k, v) is None
+        o = attention(q_bshd, k, v, causal=causal)
+        assert calls == [1, 1, 1]
+        assert np.all(np.abs(to_numpy(o).astype(np.float64) - o_ref) <= o_tol)
         # A negative scale: the kernel takes the row max of the raw scores, so forward folds
         # the sign into q.
         o = attention(q * 8, k, v, causal=causal, scale=-0.05)
-        assert calls == [1, 1, 1]
+        assert calls == [1, 1, 1, 1]
         o_ref, _, o_tol, _ = _bounds(q * 8, k, v, dtype, scale=-0.05, causal=causal)
         assert np.all(np.abs(to_numpy(o).astype(np.float64) - o_ref) <= o_tol)
         attention(q, k, v, causal=causal, return_lse=True)  # lse: the Triton kernel
@@ -910,7 +919,7 @@ def test_gpu_use_gluon_runs_the_calls_it_covers(dtype: Any, causal: bool, d: int
         attention(q[..., :128, :], k[..., :128, :], v[..., :128, :])  # short: Triton's
         monkeypatch.setenv("ONLINESM_ATTENTION_CONFIG", "128,64,3,8")  # pinned Triton tiles
         attention(q, k, v, causal=causal)
-        assert calls == [1, 1, 1]
+        assert calls == [1, 1, 1, 1]
     finally:
         kernels.use_gluon(was_on)
 

@@ -1003,9 +1003,11 @@ def fits(q: Any, k: Any, v: Any, *, mask: Any = None, return_lse: bool = False,
         return f"a non-empty q (got shape {tuple(q.shape)})"
     if not q.is_cuda:
         return f"a CUDA device (got {q.device})"
-    offsets = [t.data_ptr() % 16 for t in (q, k, v)]
-    if any(offsets):  # TMA reads from 16-byte aligned addresses only
-        return f"q, k, v at 16-byte aligned addresses (got offsets {offsets} bytes)"
+    # TMA reads from 16-byte aligned addresses only. forward copies a strided tensor to a
+    # fresh (aligned) one first, so only a contiguous tensor's own address counts.
+    offsets = [t.data_ptr() % 16 if t.is_contiguous() else 0 for t in (q, k, v)]
+    if any(offsets):
+        return f"contiguous q, k, v at 16-byte aligned addresses (got offsets {offsets} bytes)"
     major, minor = capability(q.device)
     if (major, minor) != (9, 0):
         return f"an sm_90 GPU (Hopper; got sm_{major}{minor})"
