@@ -25,8 +25,8 @@ a 1 % slack covers the neglected second-order terms.
 from __future__ import annotations
 
 import importlib.util
-import itertools
 import inspect
+import itertools
 import math
 import os
 import subprocess
@@ -49,6 +49,8 @@ from onlinesm.dtypes import resolve, to_numpy  # noqa: E402
 INTERPRET = kernels.use_interpreter(None)
 from onlinesm.kernels import attention as attention_module  # noqa: E402  (the function)
 from onlinesm.kernels.attention import attention  # noqa: E402
+
+from launch_stubs import Compiled, Jit  # noqa: E402  (conftest puts tests/ on sys.path)
 
 DEVICE = "cpu" if INTERPRET else "cuda"
 
@@ -299,16 +301,19 @@ def test_gpu_every_tile_config(dtype: Any, monkeypatch: pytest.MonkeyPatch) -> N
         _gpu_case(dtype, (1, 4, 2, 301, 517, 128, True, "bottom-right", False))
 
 
+def _gpu_mask(B: int, Sq: int, Sk: int) -> Any:
+    """A boolean mask of GPU_CASES: random, with masked leading tiles and one empty row."""
+    g = torch.Generator().manual_seed(7)
+    mask = torch.rand(B, 1, Sq, Sk, generator=g) > 0.5
+    mask[:, :, :, :200] = False  # several masked leading tiles
+    mask[:, :, 3] = False  # one empty query row
+    return mask.to(DEVICE)
+
+
 def _gpu_case(dtype: Any, case: tuple) -> None:
     B, H, Hkv, Sq, Sk, D, causal, align, use_mask = case
     q, k, v = _inputs((B, H, Sq, D), (B, Hkv, Sk, D), dtype, seed=Sq + D)
-    mask = None
-    if use_mask:
-        g = torch.Generator().manual_seed(7)
-        mask = torch.rand(B, 1, Sq, Sk, generator=g) > 0.5
-        mask[:, :, :, :200] = False  # several masked leading tiles
-        mask[:, :, 3] = False  # one empty query row
-        mask = mask.to(DEVICE)
+    mask = _gpu_mask(B, Sq, Sk) if use_mask else None
     o, lse = attention(q, k, v, mask=mask, causal=causal, causal_align=align, return_lse=True)
     _check(o, lse, *_bounds(q, k, v, dtype, mask=mask, causal=causal, causal_align=align))
     o2, lse2 = attention(q, k, v, mask=mask, causal=causal, causal_align=align, return_lse=True)
@@ -338,12 +343,7 @@ def test_gpu_repeated_calls_launch_their_kernel_directly_and_stay_right(dtype, p
     monkeypatch.setattr(triton.runtime.jit.JITFunction, "run", no_jit)
     for B, H, Hkv, Sq, Sk, D, causal, align, use_mask in cases:
         q, k, v = _inputs((B, H, Sq, D), (B, Hkv, Sk, D), dtype, seed=99, q_scale=4.0)
-        mask = None
-        if use_mask:
-            mask = (torch.rand(B, 1, Sq, Sk, generator=torch.Generator().manual_seed(7)) > 0.5)
-            mask[:, :, :, :200] = False
-            mask[:, :, 3] = False
-            mask = mask.to(DEVICE)
+        mask = _gpu_mask(B, Sq, Sk) if use_mask else None
         o, lse = attention(q, k, v, mask=mask, causal=causal, causal_align=align,
                            return_lse=True)
         _check(o, lse, *_bounds(q, k, v, dtype, mask=mask, causal=causal, causal_align=align))
@@ -824,17 +824,9 @@ def test_the_gluon_launch_is_planned_once_and_its_kernel_launched_directly(monke
     # kernel's order; another dtype goes through the JIT again. Stubs stand for the JIT and
     # the compiled kernel (no GPU needed).
     ag = _gluon_kernel_module()
-    jit, direct = [], []
-
-    class Compiled:
-        def __getitem__(self, grid):
-            return lambda *args: direct.append((grid, args))
-
-    class Jit:
-        fn = staticmethod(ag._attn_fwd_ws.fn)  # the parameters a compiled kernel takes
-
-        def __getitem__(self, grid):
-            return lambda *args, **kw: jit.append((grid, args, kw)) or Compiled()
+    direct = []
+    stub = Jit(ag._attn_fwd_ws.fn, lambda: Compiled(direct))
+    jit = stub.launches
 
     device = torch.device("cpu")
     plan = ag._ws_launch.__wrapped__(2, 3, 512, 64, device, True, None, None, None, None,
@@ -842,7 +834,7 @@ def test_the_gluon_launch_is_planned_once_and_its_kernel_launched_directly(monke
     assert ag._ws_launch(2, 3, 512, 64, device, True, *[None] * 6, 5, *[None] * 3) is \
         ag._ws_launch(2, 3, 512, 64, device, True, *[None] * 6, 5, *[None] * 3)
     jit_kernel = ag._attn_fwd_ws
-    monkeypatch.setattr(ag, "_attn_fwd_ws", Jit())
+    monkeypatch.setattr(ag, "_attn_fwd_ws", stub)
     q = torch.zeros(4, dtype=torch.bfloat16)
     args = (q, q, q, q, q, 512, plan.n_blocks, plan.n_work, 0.5)
     ag._launch_ws(plan, args)
@@ -944,7 +936,7 @@ def test_the_autotuners_pick_is_launched_directly_once_made(monkeypatch):
     # otherwise (a length no longer a multiple of 16) compile again. The kernels are stubs
     # that record their launches (no GPU needed).
     module = sys.modules["onlinesm.kernels.attention"]
-    tuned, jit, direct = [], [], []
+    tuned, direct = [], []
     import triton
 
     pick = triton.Config({"BLOCK_M": 32, "BLOCK_N": 16}, num_warps=4, num_stages=2)
@@ -958,18 +950,10 @@ def test_the_autotuners_pick_is_launched_directly_once_made(monkeypatch):
                 tuned.append((grid({"BLOCK_M": 32}), args, kwargs))
             return launch
 
-    class Compiled:
-        def __getitem__(self, grid):
-            return lambda *args: direct.append((grid, args))
-
-    class Kernel:
-        fn = staticmethod(module._attn_fwd.fn)  # the parameters a compiled kernel takes
-
-        def __getitem__(self, grid):
-            return lambda *args, **kwargs: jit.append((grid, args, kwargs)) or Compiled()
-
+    kernel = Jit(module._attn_fwd.fn, lambda: Compiled(direct))
+    jit = kernel.launches
     _autotuned_path_on_the_cpu(monkeypatch, Tuner())
-    monkeypatch.setattr(module, "_attn_fwd_specialised", Kernel())
+    monkeypatch.setattr(module, "_attn_fwd_specialised", kernel)
     monkeypatch.setattr(module, "_COMPILED", {})
     q = torch.zeros(2, 3, 96, 64, dtype=torch.bfloat16)
     module.attention(q, q, q, causal=True)

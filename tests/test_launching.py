@@ -10,6 +10,8 @@ torch = pytest.importorskip("torch")
 
 from onlinesm.kernels import launching  # noqa: E402
 
+from launch_stubs import Compiled, Jit  # noqa: E402  (conftest puts tests/ on sys.path)
+
 
 def test_on_device_switches_only_to_another_cuda_device(monkeypatch):
     # Triton launches on the current device: a tensor on another GPU needs it made current,
@@ -37,28 +39,6 @@ def test_the_grid_arithmetic_matches_tritons():
             assert launching.cdiv(n, d) == triton.cdiv(n, d)
 
 
-class _Compiled:
-    """Stands for a kernel Triton compiled: records its direct launches."""
-
-    def __init__(self, launches: list) -> None:
-        self.launches = launches
-
-    def __getitem__(self, grid):
-        return lambda *args: self.launches.append((grid, args))
-
-
-class _Jit:
-    """Stands for a ``@triton.jit`` kernel of ``fn``: records its launches through the JIT,
-    each returning what ``result`` makes (a compiled kernel, None as the interpreter does)."""
-
-    def __init__(self, fn, result) -> None:
-        self.fn, self.result, self.launches = fn, result, []
-
-    def __getitem__(self, grid):
-        return lambda *args, **options: self.launches.append((grid, args, options)) or \
-            self.result()
-
-
 def _kernel(x, y, n, BLOCK: "tl.constexpr", ROWS: "tl.constexpr" = 1,  # noqa: F821, N803
             WIDE: "tl.constexpr" = False):  # noqa: F821, N803
     """The signature the stubs launch: three runtime arguments, then constexprs."""
@@ -68,11 +48,11 @@ def test_a_kernel_is_launched_through_the_jit_once_per_key_then_directly():
     # The first launch under a key compiles (the JIT); later ones launch that compiled kernel
     # with every parameter by position: the constexprs given, then the defaults of the rest.
     direct = []
-    jit = _Jit(_kernel, lambda: _Compiled(direct))
+    jit = Jit(_kernel, lambda: Compiled(direct))
     compiled: dict = {}
     options = dict(WIDE=True, BLOCK=1024, num_warps=4)  # not in the signature's order
     first = launching.launch_kernel(jit, (8,), ("x", "y", 5), options, compiled)
-    assert isinstance(first, _Compiled)
+    assert isinstance(first, Compiled)
     assert jit.launches == [((8,), ("x", "y", 5), options)] and not direct
     assert launching.launch_kernel(jit, (3, 2), ("x2", "y2", 5), options, compiled) is first
     assert direct == [((3, 2, 1), ("x2", "y2", 5, 1024, 1, True))]
@@ -83,20 +63,20 @@ def test_a_kernel_is_launched_through_the_jit_once_per_key_then_directly():
 
 def test_what_compiles_nothing_or_later_is_handled():
     # The interpreter's launch returns None: nothing is kept, every launch takes the JIT.
-    jit = _Jit(_kernel, lambda: None)
+    jit = Jit(_kernel, lambda: None)
     compiled: dict = {}
     for _ in range(2):
         assert launching.launch_kernel(jit, (1,), (1, 2, 3), dict(BLOCK=16), compiled) is None
     assert len(jit.launches) == 2 and compiled == {}
     # A compilation still in flight (Triton's async mode) returns a future: its kernel is kept.
     direct = []
-    done = _Compiled(direct)
+    done = Compiled(direct)
 
     class Future:
         def result(self):
             return done
 
-    jit = _Jit(_kernel, Future)
+    jit = Jit(_kernel, Future)
     assert launching.launch_kernel(jit, (1,), (1, 2, 3), dict(BLOCK=16), compiled) is done
     launching.launch_kernel(jit, (1,), (1, 2, 3), dict(BLOCK=16), compiled)
     assert direct == [((1, 1, 1), (1, 2, 3, 16, 1, False))]

@@ -838,7 +838,7 @@ def _launch_known(kernel: Any, grid: tuple[int, int], args: tuple[Any, ...],
     options, device and the arguments' :func:`~onlinesm.kernels.launching.specialisation`,
     then its compiled kernel directly (``launch_kernel``)."""
     key = (kernel, device, specialisation(args), *options.items())
-    if key not in _COMPILED and len(_COMPILED) >= _COMPILED_MAX:
+    if len(_COMPILED) >= _COMPILED_MAX and key not in _COMPILED:  # hashed once while not full
         _COMPILED.clear()
     launch_kernel(kernel, grid, args, options, _COMPILED, key)
 

@@ -116,11 +116,10 @@ def launch_kernel(kernel: Any, grid: tuple[int, ...], args: tuple[Any, ...],
 
 def specialisation(args: tuple[Any, ...]) -> tuple[Any, ...]:
     """What Triton's JIT specialises a kernel's runtime ``args`` on, as a key for
-    :func:`launch_kernel`: a tensor's dtype and whether its address is a multiple of 16; an
-    integer's width (32 or 64 bits), whether it is 1 and whether a multiple of 16; a bool's
-    value; other values (floats, None) by type. Under Triton's own rules (1 and multiples of
-    16 apart, i32 / i64 / u64 by range). Launches whose ``args`` give the same tuple
-    (and the same constexprs) run the same compiled kernel.
+    :func:`launch_kernel`, by Triton's own rules: a tensor's dtype and whether its address is
+    a multiple of 16; an integer's type (i32, i64 or u64, by range), whether it is 1 and
+    whether a multiple of 16; a bool's value; other values (floats, None) by type. Launches
+    whose ``args`` give the same tuple (and the same constexprs) run the same compiled kernel.
 
     >>> specialisation((torch.empty(4), 1, 48, 2**40, 0.5, True))  # doctest: +SKIP
     ((torch.float32, True), (True, False, 'i32'), (False, True, 'i32'), (False, True, 'i64'),
