@@ -615,6 +615,58 @@ def test_gpu_gluon_ws_persistent_launch_matches_oracle(causal: bool, d: int):
 
 
 @pytest.mark.gpu
+def test_gpu_gluon_ws_counter_resets_itself_per_stream_and_graph():
+    # Launches scheduled by the counter share one pair of words per stream, which the last
+    # program out zeroes: each launch finds them zero (else its programs would take no
+    # block and o would stay as allocated), on the default stream, on a side stream, and
+    # replayed from a CUDA graph with new inputs.
+    g = _gluon_module()
+    ag = g.attention_gluon
+    q, k, v = _inputs((2, 3, 1024, 64), (2, 3, 1024, 64), torch.bfloat16, seed=7)
+    q = q * 8
+
+    def check(o: Any, q: Any, k: Any, v: Any, what: str) -> None:
+        o_ref, _, o_tol, _ = _bounds(q, k, v, torch.bfloat16, causal=True)
+        err = np.abs(to_numpy(o).astype(np.float64) - o_ref)
+        assert np.all(err <= o_tol), (what, float(np.nanmax(err)))
+
+    def run(q: Any, k: Any, v: Any, programs: int) -> Any:
+        return ag.forward(q, k, v, causal=True, persistent=True, dynamic=True,
+                          programs=programs)
+
+    for programs in (3, 5, 3):  # counted out by 3, then 5, then 3 programs
+        check(run(q, k, v, programs), q, k, v, f"default stream, {programs} programs")
+    words = ag._COUNTERS[(q.device, torch.cuda.current_stream(q.device).cuda_stream)]
+    torch.cuda.synchronize()
+    assert words.tolist() == [0, 0]
+    side = torch.cuda.Stream(q.device)
+    side.wait_stream(torch.cuda.current_stream(q.device))
+    with torch.cuda.stream(side):
+        o_side = run(q, k, v, 4)
+        side_words = ag._COUNTERS[(q.device, side.cuda_stream)]
+    torch.cuda.synchronize()
+    assert side_words.data_ptr() != words.data_ptr() and side_words.tolist() == [0, 0]
+    check(o_side, q, k, v, "side stream")
+    graph = torch.cuda.CUDAGraph()
+    static = [t.clone() for t in (q, k, v)]
+    capture = torch.cuda.Stream(q.device)
+    capture.wait_stream(torch.cuda.current_stream(q.device))
+    with torch.cuda.stream(capture):
+        run(*static, 3)  # compiled before the capture
+    torch.cuda.synchronize()
+    with torch.cuda.graph(graph, stream=capture):
+        o_graph = run(*static, 3)
+    for seed in (11, 12):  # two replays: the second finds the words the first zeroed
+        new = _inputs((2, 3, 1024, 64), (2, 3, 1024, 64), torch.bfloat16, seed=seed)
+        for t, n in zip(static, new):
+            t.copy_(n)
+        static[0].mul_(8)
+        graph.replay()
+        torch.cuda.synchronize()
+        check(o_graph, *static, f"graph replay, seed {seed}")
+
+
+@pytest.mark.gpu
 @pytest.mark.parametrize("d", [64, 128])
 def test_gpu_gluon_ws_chained_launch_matches_oracle(d: int):
     # Chained blocks (a block's last P V in the turn of the next block's first Q K^T;

@@ -195,6 +195,9 @@ def _ws_producer(smem, bars, ptrs, seq, n_blocks, n_work, WG: gl.constexpr,
             g += n_tiles
             it += 1
             work = _ws_lane0(taken)
+        # Every take of this program is answered: count it out, and the last program out
+        # sets the counter back to zero for the next launch (no fill before each launch).
+        _ws_count_out(counter_ptr)
         # No block left: tell the consumers through the next Q slot (a plain arrive completes
         # its phase, as no copy is expected), with n_work for the block number.
         q_smem, k_smem, v_smem, work_smem, o_smem = smem
@@ -257,6 +260,23 @@ def _ws_take_work(counter_ptr):
     lane = gl.arange(0, 32, layout=LANES)
     return gl.atomic_add(counter_ptr + lane * 0, gl.full([32], 1, gl.int32, LANES),
                          mask=lane == 0, sem="relaxed")
+
+
+@gluon.jit
+def _ws_count_out(counter_ptr):
+    """A program of a launch scheduled by the counter is done taking blocks: lane 0 adds one
+    to the count of such programs, the word after the counter. The last one out (the count
+    was programs - 1) zeroes both words, so the next launch on this stream finds them as
+    the first did. Acquire-release: that last add follows every other program's add, each
+    after its program's last take, so no take can land after the zeroing."""
+    LANES: gl.constexpr = gl.BlockedLayout([1], [32], [1], [0])
+    lane = gl.arange(0, 32, layout=LANES)
+    out = gl.atomic_add(counter_ptr + 1 + lane * 0, gl.full([32], 1, gl.int32, LANES),
+                        mask=lane == 0, sem="acq_rel")
+    last = _ws_lane0(out) == gl.num_programs(0) - 1
+    # zeroed by atomic exchanges, in the L2 where the adds land (o alone leaves by stores)
+    gl.atomic_xchg(counter_ptr + lane, gl.zeros([32], gl.int32, LANES), mask=(lane < 2) & last,
+                   sem="relaxed")
 
 
 @gluon.jit
@@ -709,7 +729,8 @@ def _attn_fwd_ws(q_ptr, k_ptr, v_ptr, o_ptr, counter_ptr, seq, n_blocks, n_work,
     i + 2P, ... of P programs: one block each when launched with one program per block, or
     persistent, one program per SM walking many (Q_BUFS = 2: the next block's Q loads into
     the other buffer while this block runs); or (PERSISTENT == _DYNAMIC) one program per SM
-    taking the next block from the int32 at counter_ptr (zero at launch). O_TMA: o leaves
+    taking the next block from the first of the two int32 at counter_ptr (both zero at
+    launch, and zero again when the last program is done: ``_ws_count_out``). O_TMA: o leaves
     through shared memory by TMA (``_ws_o_tma``)."""
     dtype: gl.constexpr = q_ptr.dtype.element_ty
     q_smem = gl.allocate_shared_memory(dtype, [Q_BUFS * NUM_WG, ROWS, HEAD_D], SMEM)
@@ -1092,8 +1113,8 @@ def _launch_ws(launch: _WsLaunch, args: tuple[Any, ...]) -> None:
     on the current device and stream: through Triton's JIT the first time for each dtype,
     then its compiled kernel directly (:func:`~onlinesm.kernels.launching.launch_kernel`).
     Of what the JIT specialises the runtime arguments on, the plan fixes the integers and
-    :func:`fits` the pointers' alignment (16 bytes, as TMA needs; o and the counter are
-    fresh allocations): the dtype is left, the key."""
+    :func:`fits` the pointers' alignment (16 bytes, as TMA needs; o is a fresh allocation,
+    the counter one :func:`_counter` keeps): the dtype is left, the key."""
     launch_kernel(_attn_fwd_ws, (launch.programs,), args,
                   dict(launch.constexprs, num_warps=4, maxnreg=launch.maxnreg),
                   launch.compiled, args[0].dtype)
@@ -1140,12 +1161,34 @@ def forward(q: Any, k: Any, v: Any, *, causal: bool = False, scale: float | None
     if scale < 0:  # the kernel takes a positive scale (its row max is of the raw scores):
         q, scale = -q, -scale  # q k^T c == (-q) k^T (-c), and negating a 16-bit q is exact
     _use_torch_allocator()
-    # The counter the programs take blocks from (dynamic), zero at launch; else unused.
-    counter = torch.zeros(1, dtype=torch.int32, device=q.device) if launch.dynamic else o
     with on_device(q.device):
+        # The counter the programs take blocks from (dynamic), zero at launch; else unused.
+        counter = _counter(q.device) if launch.dynamic else o
         _launch_ws(launch, (q, k, v, o, counter, s, launch.n_blocks, launch.n_work,
                             scale * 1.4426950408889634))  # log2(e)
     return o
+
+
+#: the counter of each (device, stream) that launches take their blocks from (_counter)
+_COUNTERS: dict[tuple[Any, int], Any] = {}
+
+
+def _counter(device: Any) -> Any:
+    """The two int32 (the next block, the programs done) that a launch scheduled by the
+    counter takes its blocks from: zeroed once per device and stream, since the kernel's
+    last program zeroes them again (``_ws_count_out``). Launches on one stream run in
+    turn, so they can share the words; another stream gets its own. A launch captured in
+    a CUDA graph gets fresh words, which the graph's memory pool keeps for its replays
+    (another graph may replay on another stream at the same time)."""
+    import torch
+
+    if torch.cuda.is_current_stream_capturing():
+        return torch.zeros(2, dtype=torch.int32, device=device)
+    key = (device, torch.cuda.current_stream(device).cuda_stream)
+    counter = _COUNTERS.get(key)
+    if counter is None:
+        counter = _COUNTERS[key] = torch.zeros(2, dtype=torch.int32, device=device)
+    return counter
 
 
 def _use_torch_allocator() -> None:
