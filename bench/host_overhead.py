@@ -47,7 +47,8 @@ def host_us(fn: Callable[[], Any], calls: int) -> float:
     for _ in range(10):
         fn()
     torch.cuda.synchronize()
-    torch.cuda._sleep(int(2e9))  # about a second of GPU time at 1.8 GHz
+    # GPU busy for about 1 ms per call at 2 GHz (at least 0.1 s): far longer than any host call
+    torch.cuda._sleep(int(max(2e8, 2e6 * calls)))
     start = time.perf_counter()
     for _ in range(calls):
         fn()

@@ -1184,11 +1184,23 @@ def _counter(device: Any) -> Any:
 
     if torch.cuda.is_current_stream_capturing():
         return torch.zeros(2, dtype=torch.int32, device=device)
-    key = (device, torch.cuda.current_stream(device).cuda_stream)
+    key = (device, _current_stream(device))
     counter = _COUNTERS.get(key)
     if counter is None:
         counter = _COUNTERS[key] = torch.zeros(2, dtype=torch.int32, device=device)
     return counter
+
+
+def _current_stream(device: Any) -> int:
+    """The handle of ``device``'s current CUDA stream, read as Triton's launcher reads it
+    (torch's raw-stream getter: no ``torch.cuda.Stream`` object built per call), or through
+    ``torch.cuda.current_stream`` where a torch build lacks that getter."""
+    import torch
+
+    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    if raw is None:
+        return torch.cuda.current_stream(device).cuda_stream
+    return raw(torch.cuda.current_device() if device.index is None else device.index)
 
 
 def _use_torch_allocator() -> None:
