@@ -805,7 +805,7 @@ def test_a_gluon_kernel_that_fails_leaves_the_call_to_the_triton_kernel(monkeypa
         raise RuntimeError("PassManager::run failed\nthe rest of the log")
 
     stub = types.SimpleNamespace(pays=lambda q, causal: True, fits=lambda *a, **kw: None,
-                                 forward=broken)
+                                 forward_fitted=broken)
     monkeypatch.setattr(module, "_gluon_module", lambda: stub)
     monkeypatch.setattr(module, "_gluon_on", True)
     monkeypatch.setattr(module, "INTERPRETED", False)
@@ -820,7 +820,7 @@ def test_a_gluon_kernel_that_fails_leaves_the_call_to_the_triton_kernel(monkeypa
     def out_of_memory(*a: Any, **kw: Any) -> Any:
         raise torch.cuda.OutOfMemoryError("CUDA out of memory")
 
-    stub.forward = out_of_memory
+    stub.forward_fitted = out_of_memory
     with pytest.raises(torch.cuda.OutOfMemoryError):  # out of memory is the caller's to see
         module._gluon_forward(q, q, q, False, 0.1)
 
@@ -921,8 +921,9 @@ def test_the_gluon_kernel_is_on_unless_the_environment_turns_it_off(env, on):
 def test_gpu_use_gluon_runs_the_calls_it_covers(dtype: Any, causal: bool, d: int, monkeypatch):
     ag = _gluon_kernel_module()
     calls = []
-    forward = ag.forward
-    monkeypatch.setattr(ag, "forward", lambda *a, **kw: calls.append(1) or forward(*a, **kw))
+    forward = ag.forward_fitted
+    monkeypatch.setattr(ag, "forward_fitted",
+                        lambda *a, **kw: calls.append(1) or forward(*a, **kw))
     was_on = sys.modules["onlinesm.kernels.attention"]._gluon_on
     monkeypatch.delenv("ONLINESM_ATTENTION_CONFIG")  # this file pins Triton tiles: unpin
     try:

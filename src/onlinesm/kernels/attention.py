@@ -195,7 +195,7 @@ def _gluon_forward(q: Any, k: Any, v: Any, causal: bool, scale: float) -> Any:
     call to this module's kernel, so nothing is lost. Out of memory is the caller's to see."""
     global _gluon_on
     try:
-        return _gluon_module().forward(q, k, v, causal=causal, scale=scale)
+        return _gluon_module().forward_fitted(q, k, v, causal, scale)
     except torch.cuda.OutOfMemoryError:
         raise
     except Exception as e:  # noqa: BLE001: any failure of the dialect; the Triton kernel runs

@@ -57,7 +57,7 @@ try:  # triton's own record of the allocator in this context (_use_torch_allocat
 except ImportError:  # not where this triton keeps it: the allocator is set on every call
     NullAllocator, _allocator = None, None
 
-__all__ = ["fits", "pays", "forward", "WS_BLOCK_M"]
+__all__ = ["fits", "pays", "forward", "forward_fitted", "WS_BLOCK_M"]
 
 #: TMA from global to shared memory (renamed async_load after triton 3.6)
 _tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
@@ -1147,14 +1147,33 @@ def forward(q: Any, k: Any, v: Any, *, causal: bool = False, scale: float | None
 
     >>> o = forward(q, k, v, causal=True)  # doctest: +SKIP
     """
-    import torch
-
     why = fits(q, k, v, scale=scale)
     if why is not None:
         raise ValueError(f"the Gluon attention kernel needs {why}")
     b, h, s, d = q.shape
     launch = _ws_launch(b, h, s, d, q.device, bool(causal), block_n, num_buf, maxnreg,
                         pv_overlap, warpgroups, persistent, programs, q_buffers, dynamic, chain)
+    return _run(launch, q, k, v, scale)
+
+
+def forward_fitted(q: Any, k: Any, v: Any, causal: bool, scale: float | None) -> Any:
+    """:func:`forward` with the measured launch, for a call :func:`fits` has already
+    accepted (``attention`` asks it first, to choose this kernel): it skips that check's
+    second pass over q, k and v, a few µs of a short call's host time.
+
+    >>> o = forward_fitted(q, k, v, True, None)  # doctest: +SKIP
+    """
+    b, h, s, d = q.shape
+    launch = _ws_launch(b, h, s, d, q.device, bool(causal), None, None, None, None, None,
+                        None, None, None, None, None)
+    return _run(launch, q, k, v, scale)
+
+
+def _run(launch: _WsLaunch, q: Any, k: Any, v: Any, scale: float | None) -> Any:
+    """o of the call ``launch`` plans, on q, k, v that :func:`fits` accepts."""
+    import torch
+
+    d = q.shape[3]
     q, k, v = (t.contiguous() for t in (q, k, v))
     o = torch.empty_like(q)
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
@@ -1164,7 +1183,7 @@ def forward(q: Any, k: Any, v: Any, *, causal: bool = False, scale: float | None
     with on_device(q.device):
         # The counter the programs take blocks from (dynamic), zero at launch; else unused.
         counter = _counter(q.device) if launch.dynamic else o
-        _launch_ws(launch, (q, k, v, o, counter, s, launch.n_blocks, launch.n_work,
+        _launch_ws(launch, (q, k, v, o, counter, q.shape[2], launch.n_blocks, launch.n_work,
                             scale * 1.4426950408889634))  # log2(e)
     return o
 
