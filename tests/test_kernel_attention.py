@@ -987,9 +987,10 @@ def _autotuned_path_on_the_cpu(monkeypatch: pytest.MonkeyPatch, tuner: Any) -> N
 def test_the_autotuners_pick_is_launched_directly_once_made(monkeypatch):
     # attention() remembers the config the autotuner picked and launches it on the fully
     # specialised kernel next time, with the same arguments: through the JIT once, then the
-    # kernel it compiled directly; a new key tunes again, and arguments the JIT specialises
-    # otherwise (a length no longer a multiple of 16) compile again. The kernels are stubs
-    # that record their launches (no GPU needed).
+    # kernel it compiled directly; a new key tunes again, and new arguments (another length)
+    # go through the JIT again, which compiles or finds their kernel. The cache's key holds
+    # no tensor (dtype and alignment only). The kernels are stubs that record their launches
+    # (no GPU needed).
     module = sys.modules["onlinesm.kernels.attention"]
     tuned, direct = [], []
     import triton
@@ -1021,10 +1022,13 @@ def test_the_autotuners_pick_is_launched_directly_once_made(monkeypatch):
     assert all(a is b or a == b for a, b in zip(args[6:], tuned[0][1][6:]))  # past the tensors
     module.attention(q, q, q, causal=True)
     assert len(jit) == 1 and len(direct) == 1
+    (key,) = module._COMPILED  # the tensors by dtype and alignment: none held by the cache
+    assert not any(isinstance(part, torch.Tensor) for part in key)
+    assert key.count((torch.bfloat16, True)) == 5 and (torch.float32, True) in key  # q..o, lse
     n_params = len(inspect.signature(module._attn_fwd.fn).parameters)
     assert direct[0][0] == (3, 6, 1) and len(direct[0][1]) == n_params
     assert direct[0][1][len(args):len(args) + 2] == (32, 16)  # BLOCK_M, BLOCK_N: in order
-    p = torch.zeros(2, 3, 100, 64, dtype=torch.bfloat16)  # the same key, S no multiple of 16
+    p = torch.zeros(2, 3, 100, 64, dtype=torch.bfloat16)  # the autotuner's key, another S
     module.attention(p, p, p, causal=True)
     assert len(tuned) == 1 and len(jit) == 2 and len(direct) == 1
     module.attention(q, q, q, causal=False)  # another key: the autotuner again

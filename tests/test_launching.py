@@ -82,15 +82,45 @@ def test_what_compiles_nothing_or_later_is_handled():
     assert direct == [((1, 1, 1), (1, 2, 3, 16, 1, False))]
 
 
-def test_the_specialisation_key_tells_apart_what_triton_compiles_apart():
-    # Arguments Triton's JIT compiles alike give one key; each thing it specialises on, moved
-    # alone, gives another: a tensor's dtype or 16-byte alignment, an integer equal to 1, a
-    # multiple of 16 or not, past 32 bits; a bool's value.
+def test_the_argument_key_tells_apart_what_triton_compiles_apart_and_every_value():
+    # Another tensor of the same dtype and alignment gives the same key; each thing the JIT
+    # specialises on, moved alone, gives another (a tensor's dtype or 16-byte alignment, an
+    # integer equal to 1, a multiple of 16 or not, past 32 bits; a bool's value), and so does
+    # any other value (an integer of the same specialisation, a float).
     x = torch.empty(64)
-    base = launching.specialisation((x, 48, 7, 2.5, True))
-    assert launching.specialisation((torch.empty(64), 32, 9, -1.0, True)) == base
+    base = launching.argument_key((x, 48, 7, 2.5, True), 1)
+    assert launching.argument_key((torch.empty(64), 48, 7, 2.5, True), 1) == base
     for moved in ((x.double(), 48, 7, 2.5, True), (x[1:], 48, 7, 2.5, True),
                   (x, 47, 7, 2.5, True), (x, 48, 1, 2.5, True), (x, 48, 2**31 + 7, 2.5, True),
-                  (x, 48, 7, 2.5, False)):
-        assert launching.specialisation(moved) != base, moved
-    assert launching.specialisation((2**63 + 16,)) != launching.specialisation((2**62 + 16,))
+                  (x, 48, 7, 2.5, False), (x, 32, 9, 2.5, True), (x, 48, 7, -1.0, True)):
+        assert launching.argument_key(moved, 1) != base, moved
+    assert launching.argument_key((2**63 + 16,), 0) != launching.argument_key((2**62 + 16,), 0)
+
+
+def test_the_key_bench_builds_the_attention_kernel_s_own_runtime_arguments():
+    # bench/launch_key.py times the key on arguments it builds by hand: as many as the Triton
+    # attention kernel takes before its constexprs, the six tensors first, as argument_key
+    # is told by attention's launch.
+    import importlib.util
+    import inspect
+    import sys
+    from pathlib import Path
+
+    pytest.importorskip("triton")
+    import onlinesm.kernels.attention  # noqa: F401  (registers the module in sys.modules)
+
+    path = Path(__file__).parents[1] / "bench" / "launch_key.py"
+    spec = importlib.util.spec_from_file_location("onlinesm_bench_launch_key", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    kernel = sys.modules["onlinesm.kernels.attention"]._attn_fwd
+    params = inspect.signature(kernel.fn).parameters.values()  # the JIT's or the interpreter's
+    runtime = [p.name for p in params if "constexpr" not in str(p.annotation)]
+    args = bench.launch_args()
+    assert len(args) == len(runtime) == 32
+    assert all(isinstance(a, torch.Tensor) for a in args[:6])
+    assert not any(isinstance(a, torch.Tensor) for a in args[6:])
+    assert runtime[:6] == ["Q", "K", "V", "Mask", "Out", "Lse"]
+    key = launching.argument_key(args, 6)
+    assert key == launching.argument_key(bench.launch_args(), 6)  # other tensors, same key
+    assert key != launching.argument_key(bench.launch_args(s=144), 6)  # S moved

@@ -65,8 +65,8 @@ import triton
 import triton.language as tl
 
 from onlinesm.kernels import KernelModule
-from onlinesm.kernels.launching import (SMEM_BYTES, cdiv, launch_kernel, next_pow2, on_device,
-                                        specialisation)
+from onlinesm.kernels.launching import (SMEM_BYTES, argument_key, cdiv, launch_kernel, next_pow2,
+                                        on_device)
 from onlinesm.kernels.pinning import configs_pinned
 
 __all__ = [
@@ -543,8 +543,8 @@ _TUNED: dict[tuple[Any, ...], Any] = {}
 _TUNE_LOCK = threading.Lock()
 
 #: The compiled kernels of the launches made with a known config (pinned, or the autotuner's
-#: pick), by config, constexprs, device and the arguments' specialisation: later calls launch
-#: them directly (``launch_kernel``). Bounded: cleared when full.
+#: pick), by config, constexprs, device and the arguments (``argument_key``): later calls
+#: launch them directly (``launch_kernel``). Bounded: cleared when full.
 _COMPILED: dict[tuple[Any, ...], Any] = {}
 _COMPILED_MAX = 4096
 
@@ -835,9 +835,10 @@ def attention(
 def _launch_known(kernel: Any, grid: tuple[int, int], args: tuple[Any, ...],
                   options: dict[str, Any], device: Any) -> None:
     """Launch ``kernel`` with a known config: through Triton's JIT the first time for its
-    options, device and the arguments' :func:`~onlinesm.kernels.launching.specialisation`,
-    then its compiled kernel directly (``launch_kernel``)."""
-    key = (kernel, device, specialisation(args), *options.items())
+    options, device and arguments (:func:`~onlinesm.kernels.launching.argument_key`: the
+    first six, q, k, v, the mask, o and lse, are tensors), then its compiled kernel directly
+    (``launch_kernel``)."""
+    key = (kernel, device, *argument_key(args, 6), *options.items())
     if len(_COMPILED) >= _COMPILED_MAX and key not in _COMPILED:  # hashed once while not full
         _COMPILED.clear()
     launch_kernel(kernel, grid, args, options, _COMPILED, key)
