@@ -50,7 +50,8 @@ INTERPRET = kernels.use_interpreter(None)
 from onlinesm.kernels import attention as attention_module  # noqa: E402  (the function)
 from onlinesm.kernels.attention import attention  # noqa: E402
 
-from launch_stubs import Compiled, Jit  # noqa: E402  (conftest puts tests/ on sys.path)
+from bench_modules import bench_module  # noqa: E402  (conftest puts tests/ on sys.path)
+from launch_stubs import Compiled, Jit  # noqa: E402
 
 DEVICE = "cpu" if INTERPRET else "cuda"
 
@@ -351,15 +352,8 @@ def test_gpu_repeated_calls_launch_their_kernel_directly_and_stay_right(dtype, p
 
 # ---- the Gluon candidate (bench/gluon_attention.py: not shipped, not yet run on a GPU) ----
 def _gluon_module() -> Any:
-    from pathlib import Path
-
     pytest.importorskip("triton.experimental.gluon.language.nvidia.hopper")
-    spec = importlib.util.spec_from_file_location(
-        "onlinesm_bench_gluon_attention",
-        Path(__file__).parents[1] / "bench" / "gluon_attention.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return bench_module("gluon_attention")
 
 
 def _gluon_offline(*args: str) -> list[dict]:
@@ -1071,12 +1065,7 @@ def test_two_threads_tuning_at_once_each_keep_their_own_pick(monkeypatch):
 
 # ---- bench/attention.py: the timed call is the one checked ----
 def test_the_attention_bench_checks_the_head_of_the_timed_call_against_float32() -> None:
-    from pathlib import Path
-
-    spec = importlib.util.spec_from_file_location(
-        "onlinesm_bench_attention", Path(__file__).parents[1] / "bench" / "attention.py")
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = bench_module("attention")
     g = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(2, 2, 64, 16, generator=g) for _ in range(3))
     o = torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=True)

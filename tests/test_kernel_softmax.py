@@ -37,6 +37,8 @@ from onlinesm import dtypes, kernels, oracle  # noqa: E402
 INTERPRETED = kernels.use_interpreter(None if torch.cuda.is_available() else True)
 from onlinesm.kernels import softmax  # noqa: E402  (after the mode is chosen)
 
+from bench_modules import bench_module  # noqa: E402  (conftest puts tests/ on sys.path)
+
 # The module itself (``import onlinesm.kernels.softmax as sm`` would give the function, which
 # the package binds under the same name).
 sm = importlib.import_module("onlinesm.kernels.softmax")
@@ -1105,26 +1107,15 @@ def test_alignment_is_one_vector_of_the_dtype() -> None:
     assert _alignment(4, 1002, 1002, 1002) == 1
 
 
-def _bench_module(name: str):
-    """bench/<name>.py, imported from its file (bench/ is not a package)."""
-    from pathlib import Path
-
-    spec = importlib.util.spec_from_file_location(
-        f"onlinesm_bench_{name}", Path(__file__).parents[1] / "bench" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def _bench_variants():
     """bench/softmax.py's variants(): the launch candidates --tune times on a GPU."""
-    return _bench_module("softmax").variants
+    return bench_module("softmax").variants
 
 
 def test_bench_softmax_leaves_out_launches_only_a_broken_kernel_explains():
     # bench/softmax.py times a launch only if its output on the bench's rows is within what a
     # correct kernel gives: a wrong launch must not enter a table as a fast one.
-    bench = _bench_module("softmax")
+    bench = bench_module("softmax")
     x = torch.randn(4, 1000, dtype=torch.float64, generator=torch.Generator().manual_seed(0)) * 4
     exact = torch.softmax(x, dim=-1)
     for dtype in (torch.bfloat16, torch.float16, torch.float32):
@@ -1142,7 +1133,7 @@ def test_bench_softmax_random_lengths_cover_every_kind_of_row():
     # bench/softmax.py --random K: lengths drawn log-uniformly from 1k-64k, each kind of row
     # that plans differently in turn (odd, off a 32-byte sector in 16-bit or in fp32, off the
     # vector, aligned); the same seed, the same lengths.
-    bench = _bench_module("softmax")
+    bench = bench_module("softmax")
     ns = bench.random_lengths(50, seed=7)
     assert ns == sorted(set(ns)) and len(ns) == 50 and 1000 <= ns[0] and ns[-1] <= 65536
     kinds = [[n for n in ns if n % m == r] for m, r in bench.RANDOM_KINDS]
@@ -1156,7 +1147,7 @@ def test_bench_plan_map_names_each_class_of_rows_and_its_launch():
     # bench/plan_map.py: the launch of every length of each kind of row, merged into ranges.
     # bf16 of 23,000-25,000: aligned rows split up to 23,552, on chip as 3 x 8192 to 24,576,
     # split past it; rows off a sector split throughout, in 12 then 13 parts.
-    plan_map = _bench_module("plan_map")
+    plan_map = bench_module("plan_map")
     rows = plan_map.plan_map("bfloat16", 23000, 25000, ("aligned", "off a sector"))
     aligned = [r for r in rows if r["kind"] == "aligned"]
     assert [(r["first"], r["last"]) for r in aligned] == [
@@ -1185,7 +1176,7 @@ def test_ncu_softmax_cases_name_real_knobs_and_lengths():
     # bench/ncu_targets.py builds its softmax cases from their names (softmax_<dtype>_N[_V])
     # on the GPU only: a misspelt dtype, variant knob or suffix would surface there, as a
     # lost call.
-    ncu = _bench_module("ncu_targets")
+    ncu = bench_module("ncu_targets")
     for variant in ncu.VARIANTS.values():
         assert set(variant) <= set(sp.TUNING), variant
     for name in ncu.CASES:
@@ -1201,7 +1192,7 @@ def test_bench_medians_compare_candidates_by_medians_over_runs(tmp_path, capsys,
     import json
     import sys
 
-    medians = _bench_module("medians")
+    medians = bench_module("medians")
     runs = [[dict(dtype="bfloat16", N=21000, M=4, bytes=8, copy=copy, ours=ours, alt=alt,
                   ours_err=[0.0, 0.0], plan="split")]
             for copy, ours, alt in ((4000.0, 3400.0, 3600.0), (4200.0, 3780.0, 3570.0),
@@ -1229,7 +1220,7 @@ def test_bench_attention_medians_judge_a_kernel_by_its_median_against_cudnn(tmp_
     # run's own ratio (not a ratio of medians), and every run's in order.
     import json
 
-    bench = _bench_module("attention")
+    bench = bench_module("attention")
     row = dict(dtype="float16", D=64, S=2048, causal=True)
     files = []
     for i, (ours, cudnn) in enumerate(((90.0, 100.0), (99.0, 90.0), (95.0, 100.0))):
@@ -1966,7 +1957,7 @@ def test_bench_plan_map_counts_the_programs_registers_let_an_sm_hold():
     # ncu on the H200 (bench_softmax.md, thirty-first round): 2-warp programs at 60 registers,
     # 16 an SM (theoretical occupancy 50%); at 56, 18 (56.25%, 36 warps). 8-warp programs of
     # 16,384 columns at 128 registers: 2; at 80: 3 (25 warps' registers).
-    plan_map = _bench_module("plan_map")
+    plan_map = bench_module("plan_map")
     assert [plan_map.programs_per_sm(r, w) for r, w in ((60, 2), (56, 2), (128, 8), (80, 8))] \
         == [16, 18, 2, 3]
     assert plan_map.programs_per_sm(32, 1) == 32  # 64 warps' registers, but 32 programs

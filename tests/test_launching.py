@@ -10,7 +10,8 @@ torch = pytest.importorskip("torch")
 
 from onlinesm.kernels import launching  # noqa: E402
 
-from launch_stubs import Compiled, Jit  # noqa: E402  (conftest puts tests/ on sys.path)
+from bench_modules import bench_module  # noqa: E402  (conftest puts tests/ on sys.path)
+from launch_stubs import Compiled, Jit  # noqa: E402
 
 
 def test_on_device_switches_only_to_another_cuda_device(monkeypatch):
@@ -101,18 +102,13 @@ def test_the_key_bench_builds_the_attention_kernel_s_own_runtime_arguments():
     # bench/launch_key.py times the key on arguments it builds by hand: as many as the Triton
     # attention kernel takes before its constexprs, the six tensors first, as argument_key
     # is told by attention's launch.
-    import importlib.util
     import inspect
     import sys
-    from pathlib import Path
 
     pytest.importorskip("triton")
     import onlinesm.kernels.attention  # noqa: F401  (registers the module in sys.modules)
 
-    path = Path(__file__).parents[1] / "bench" / "launch_key.py"
-    spec = importlib.util.spec_from_file_location("onlinesm_bench_launch_key", path)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = bench_module("launch_key")
     kernel = sys.modules["onlinesm.kernels.attention"]._attn_fwd
     params = inspect.signature(kernel.fn).parameters.values()  # the JIT's or the interpreter's
     runtime = [p.name for p in params if "constexpr" not in str(p.annotation)]
