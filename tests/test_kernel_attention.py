@@ -854,7 +854,7 @@ def test_the_gluon_kernel_keeps_an_allocator_the_caller_set():
         def run() -> Any:
             if caller is not None:
                 triton.set_allocator(caller)
-            ag._use_torch_allocator()
+            ag._use_scratch_allocator()
             return _allocation._allocator.get()
         return contextvars.copy_context().run(run)  # a fresh context each time
 
@@ -862,8 +862,42 @@ def test_the_gluon_kernel_keeps_an_allocator_the_caller_set():
         return torch.empty(size, dtype=torch.int8)
 
     assert allocator_after(mine) is mine  # the caller's stays
-    ours = allocator_after(None)  # none set: torch's, not Triton's "no allocator" default
-    assert not isinstance(ours, _allocation.NullAllocator) and ours is not mine
+    ours = allocator_after(None)  # none set: ours, not Triton's "no allocator" default
+    assert not isinstance(ours, _allocation.NullAllocator) and ours is ag._SCRATCH
+
+
+def test_the_gluon_scratch_is_one_buffer_per_device_and_stream(monkeypatch):
+    # Launches on one stream run in turn, so they share a buffer; another stream or device
+    # gets its own, a larger request a larger one, and a graph's capture or a request past
+    # SCRATCH_KEPT a fresh tensor each time. torch.empty on the CPU stands in for CUDA's.
+    ag = _gluon_kernel_module()
+    state = {"device": 0, "capturing": False}
+    made = []
+    empty = torch.empty
+
+    def fake_empty(size: int, dtype: Any, device: str) -> Any:
+        assert device == "cuda" and dtype is torch.int8
+        made.append(empty(size, dtype=dtype))
+        return made[-1]
+
+    monkeypatch.setattr(torch, "empty", fake_empty)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: state["device"])
+    monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: state["capturing"])
+    scratch = ag._StreamScratch()
+    first = scratch(4096, 128, 7)
+    assert first.numel() == 4096 and scratch(1024, 128, 7) is first  # reused on stream 7
+    other = scratch(1024, 128, 8)  # another stream
+    assert other is not first and len(made) == 2
+    grown = scratch(8192, 128, 7)  # more than stream 7's buffer holds: a larger one, kept
+    assert grown.numel() == 8192 and scratch(4096, 128, 7) is grown and len(made) == 3
+    state["device"] = 1  # stream 7 of another device
+    assert scratch(1024, 128, 7) is made[3] and len(made) == 4
+    state["capturing"] = True  # a graph keeps what its capture allocated: fresh each time
+    assert scratch(1024, 128, 7) is not scratch(1024, 128, 7) and len(made) == 6
+    state["capturing"] = False
+    big = ag.SCRATCH_KEPT + 1
+    assert scratch(big, 128, 7) is not scratch(big, 128, 7) and len(made) == 8
+    assert scratch(1024, 128, 7) is made[3]  # device 1's stream 7 kept its own
 
 
 def test_the_gluon_launch_is_planned_once_and_its_kernel_launched_directly(monkeypatch):

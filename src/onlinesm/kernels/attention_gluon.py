@@ -52,7 +52,7 @@ from triton.experimental.gluon.language.nvidia.hopper import (
 
 from onlinesm.kernels.launching import SMEM_BYTES, capability, launch_kernel, on_device, sm_count
 
-try:  # triton's own record of the allocator in this context (_use_torch_allocator)
+try:  # triton's own record of the allocator in this context (_use_scratch_allocator)
     from triton.runtime._allocation import NullAllocator, _allocator
 except ImportError:  # not where this triton keeps it: the allocator is set on every call
     NullAllocator, _allocator = None, None
@@ -1179,7 +1179,7 @@ def _run(launch: _WsLaunch, q: Any, k: Any, v: Any, scale: float | None) -> Any:
     scale = 1.0 / math.sqrt(d) if scale is None else float(scale)
     if scale < 0:  # the kernel takes a positive scale (its row max is of the raw scores):
         q, scale = -q, -scale  # q k^T c == (-q) k^T (-c), and negating a 16-bit q is exact
-    _use_torch_allocator()
+    _use_scratch_allocator()
     with on_device(q.device):
         # The counter the programs take blocks from (dynamic), zero at launch; else unused.
         counter = _counter(q.device) if launch.dynamic else o
@@ -1222,15 +1222,44 @@ def _current_stream(device: Any) -> int:
     return raw(torch.cuda.current_device() if device.index is None else device.index)
 
 
-def _use_torch_allocator() -> None:
+def _use_scratch_allocator() -> None:
     """TMA descriptors made on the device live in global scratch that Triton asks an
-    allocator for: torch's CUDA caching allocator, unless the caller set one (kept: it is
-    theirs). Checked on every call: Triton keeps it in a context variable, so one set in
+    allocator for: a buffer per stream (``_StreamScratch``), unless the caller set one (kept:
+    it is theirs). Checked on every call: Triton keeps it in a context variable, so one set in
     another thread (onlinesm check runs kernels in a worker thread) is not seen here."""
-    import torch
     import triton
 
     if _allocator is not None and not isinstance(_allocator.get(), NullAllocator):
         return
-    triton.set_allocator(lambda size, alignment, stream: torch.empty(
-        size, dtype=torch.int8, device="cuda"))
+    triton.set_allocator(_SCRATCH)
+
+
+#: the largest scratch (bytes) that _StreamScratch keeps per stream; larger goes to torch
+SCRATCH_KEPT = 1 << 20
+
+
+class _StreamScratch:
+    """Triton's allocator of global scratch (the kernel's device-made TMA descriptors, 128
+    bytes each per program: kilobytes a launch): one buffer per device and stream, handed
+    to every launch on that stream. Launches on one stream run in turn, as the blocks torch's
+    caching allocator hands back would (a block freed on a stream is reused on it at
+    once), but without a tensor made per launch. A launch captured in a CUDA graph, or one
+    that asks for more than ``SCRATCH_KEPT``, gets a fresh tensor from torch."""
+
+    def __init__(self) -> None:
+        self.buffers: dict[tuple[int, int], Any] = {}
+
+    def __call__(self, size: int, alignment: int, stream: int) -> Any:
+        import torch
+
+        if size > SCRATCH_KEPT or torch.cuda.is_current_stream_capturing():
+            return torch.empty(size, dtype=torch.int8, device="cuda")
+        key = (torch.cuda.current_device(), stream)  # stream 0 is each device's own
+        buffer = self.buffers.get(key)
+        if buffer is None or buffer.numel() < size:
+            # torch's blocks start on 512-byte boundaries: any alignment Triton asks for
+            buffer = self.buffers[key] = torch.empty(size, dtype=torch.int8, device="cuda")
+        return buffer
+
+
+_SCRATCH = _StreamScratch()
