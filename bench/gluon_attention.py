@@ -272,16 +272,18 @@ def compile_offline(head_d: int, causal: bool, block_n: int | None = None,
                     maxnreg: int | None = None, warpgroups: int | None = None,
                     persistent: bool | None = None, q_buffers: int | None = None,
                     dynamic: bool | None = None, seq: int = 4096,
-                    sass: bool = False, chain: bool | None = None) -> dict[str, Any]:
+                    sass: bool = False, chain: bool | None = None,
+                    compact: bool | None = None) -> dict[str, Any]:
     """Compile for sm_90a without a GPU; ``{"registers", "spill_bytes", "shared",
     "serialized"}`` from ``ptxas -v`` (serialized: ptxas's C7514, wgmma run one by one), and
     with ``sass`` ``"turns"``: the SASS of each turn's block, matmuls and one key tile's
-    softmax (``_common.sass_softmax_blocks``: instructions per thread and tile, by opcode).
+    softmax (``_common.sass_softmax_blocks``: instructions per thread and tile, by opcode),
+    and ``"sass_instructions"``, the kernel's (None where nvdisasm is missing).
     ``ws``: the warp-specialized kernel (``num_buf``, ``maxnreg`` and ``overlap_pv``, its
     ``pv_overlap``: as its ``forward``, None the shipped launch's; ``warpgroups``: its
     consumers, 2, 3 or 4, and ``persistent`` and ``dynamic``: None the shipped launch's at
     sequence length ``seq``; ``q_buffers`` and ``chain``: as its ``forward``, None the
-    shipped launch's)."""
+    shipped launch's; ``compact``: as its ``forward``, None the shipped launch's at ``seq``)."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.experimental.gluon._runtime import GluonASTSource
@@ -304,7 +306,9 @@ def compile_offline(head_d: int, causal: bool, block_n: int | None = None,
             chain = ag._ws_chained(head_d, causal, warpgroups, persistent, dynamic)
         const = ag._ws_constexprs(head_d, block_n, causal, num_buf,
                                   ag._ws_pv_overlap(head_d) if overlap_pv is None else overlap_pv,
-                                  warpgroups, persistent, q_buffers, dynamic, chain)
+                                  warpgroups, persistent, q_buffers, dynamic, chain,
+                                  ag._ws_compact(head_d, causal, seq) if compact is None
+                                  else compact)
         options = dict(num_warps=4, maxnreg=maxnreg or ag._ws_maxnreg(warpgroups))
     else:
         const = _constexprs(head_d, block_n or _block_n(head_d), causal, bool(overlap_pv))
@@ -324,6 +328,7 @@ def compile_offline(head_d: int, causal: bool, block_n: int | None = None,
                 warpgroups=const.get("NUM_WG", 2), persistent=bool(const.get("PERSISTENT")),
                 dynamic=const.get("PERSISTENT") == ag._DYNAMIC.value,
                 chained=const.get("PERSISTENT") == ag._CHAINED.value,
+                compact=bool(const.get("COMPACT")),
                 q_buffers=const.get("Q_BUFS", 1),
                 pv_overlap=bool(const.get("PV_OVERLAP", const.get("OVERLAP_PV"))),
                 registers=r["registers"], spill_bytes=r["spill_bytes"], shared=r["shared"],
@@ -331,7 +336,8 @@ def compile_offline(head_d: int, causal: bool, block_n: int | None = None,
                 # how o leaves: TMA stores from shared memory, or the threads' own stores
                 tma_stores=ptx.count("cp.async.bulk.tensor.2d.global.shared"),
                 global_stores=len(re.findall(r"\bst\.global", ptx)),
-                **({"turns": r["softmax_blocks"]} if sass else {}))
+                **({"turns": r["softmax_blocks"], "sass_instructions": r["sass_instructions"]}
+                   if sass else {}))
 
 
 def _bench(seqs: list[int], dims: list[int]) -> None:
@@ -482,6 +488,9 @@ def main(argv: list[str] | None = None) -> int:
                          "counter, causal or not")
     ap.add_argument("--chain", action="store_true",
                     help="with --offline --ws: chained blocks without causal (forward's chain)")
+    ap.add_argument("--compact", choices=("yes", "no"), default=None,
+                    help="with --offline --ws: causal consumers in one copy per tile kind, or "
+                         "not (forward's compact; the shipped launch's by default)")
     ap.add_argument("--seqs", default="1024,4096,16384")
     ap.add_argument("--seq", type=int, default=4096,
                     help="with --offline --ws: the sequence length whose shipped launch to "
@@ -501,7 +510,9 @@ def main(argv: list[str] | None = None) -> int:
                 r = compile_offline(d, causal, overlap_pv=args.overlap_pv or None, ws=args.ws,
                                     dynamic=True if args.dynamic else None,
                                     chain=True if args.chain and not causal else None,
-                                    seq=args.seq, sass=args.sass and args.ws)
+                                    seq=args.seq, sass=args.sass and args.ws,
+                                    compact=None if args.compact is None
+                                    else args.compact == "yes")
                 _print_compiled(r, f"{'ws ' if args.ws else ''}D={d} causal={causal} "
                                    f"BLOCK_N={r['block_n']}", args.json)
     if args.bench:

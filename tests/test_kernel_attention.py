@@ -459,6 +459,27 @@ def test_the_gluon_ws_launches_from_the_counter_compile_and_fit():
         assert r["spill_bytes"] == 0 and not r["serialized"] and r["shared"] <= 227 * 1024, r
 
 
+def test_the_compact_causal_consumer_compiles_one_softmax_per_tile_kind():
+    # The compact consumer (forward's compact) masks the diagonal tile behind a branch, so
+    # one copy of the step serves every key tile: the kernel is smaller by about a copy of
+    # the step and of the first tile's softmax per consumer warpgroup, with no spill and the
+    # same shared memory. Without causal there is no diagonal: compact changes nothing.
+    def compiled(compact: str, causal: bool) -> dict:
+        rows = _gluon_offline("--ws", "--sass", "--dims", "64", "--seq", "512",
+                              "--compact", compact)
+        return next(r for r in rows if r["causal"] == causal)
+
+    split, compact = compiled("no", True), compiled("yes", True)
+    assert compact["compact"] and not split["compact"]
+    if split["sass_instructions"] is None:
+        pytest.skip("no nvdisasm beside ptxas: SASS not counted")
+    assert compact["sass_instructions"] < 0.85 * split["sass_instructions"], (split, compact)
+    for r in (split, compact):
+        assert r["spill_bytes"] == 0 and not r["serialized"], r
+    assert compact["shared"] == split["shared"]
+    assert not compiled("yes", False)["compact"]
+
+
 def test_the_gluon_ws_launch_candidates_compile_without_spills():
     # What --bench-ws times on a GPU: other key tiles, buffer counts, register caps and
     # three or four consumer warpgroups.

@@ -85,12 +85,7 @@ def _softmax_tile(s, m_i, l_i, j, offs_m, qk_scale_log2,
     qk_scale_log2 is a normal positive float (``forward`` folds a negative scale's sign into
     q; ``fits`` leaves scales below 1e-30 in magnitude to the Triton kernel)."""
     if MASK:  # causal: key n visible to query m when n <= m (Sq == Sk: both alignments agree)
-        # Compared as the tile's column against the row's last visible column, a per-row
-        # scalar: each score then costs one compare and one select. (Written key n <= query
-        # m, the compiler packed the 2-D compare's bits through integer registers: 788 SASS
-        # instructions per thread in a D = 128 diagonal tile where this takes 558.)
-        cols = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, S_LAYOUT))
-        s = gl.where(cols[None, :] <= (offs_m - j * BLOCK_N)[:, None], s, -float("inf"))
+        s = _hide_past_diagonal(s, offs_m - j * BLOCK_N, BLOCK_N, S_LAYOUT)
     # The row max of the raw scores, scaled once per row: max(s) * c == max(s * c) exactly
     # for c > 0 (rounding is monotone), and the scale then rides in p's FMA, s * c - m (c:
     # the scale folded into log2(e), exp(x * scale) = exp2(x * c)). One multiply per score
@@ -104,6 +99,27 @@ def _softmax_tile(s, m_i, l_i, j, offs_m, qk_scale_log2,
     alpha = gl.exp2(m_i - m_new)  # rescales what was summed under the old max
     l_i = l_i * alpha + gl.sum(p, axis=1)
     return p, alpha, m_new, l_i
+
+
+@gluon.jit
+def _hide_past_diagonal(s, last, BLOCK_N: gl.constexpr, S_LAYOUT: gl.constexpr):
+    """The score tile s with each row's keys past column ``last`` (per row) set to -inf.
+    Compared as the tile's column against the row's last visible column, a per-row scalar:
+    each score then costs one compare and one select. (Written key n <= query m, the
+    compiler packed the 2-D compare's bits through integer registers: 788 SASS instructions
+    per thread in a D = 128 diagonal tile where this takes 558.)"""
+    cols = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, S_LAYOUT))
+    return gl.where(cols[None, :] <= last[:, None], s, -float("inf"))
+
+
+@gluon.jit
+def _hide_if_diagonal(s, diag, last, BLOCK_N: gl.constexpr, S_LAYOUT: gl.constexpr):
+    """s as :func:`_hide_past_diagonal` leaves it where the runtime flag ``diag`` is set (the
+    tile meets the diagonal), else s: the branch lets one copy of the softmax serve every
+    tile, where constant masks compile one copy for masked tiles and one for the rest."""
+    if diag:
+        s = _hide_past_diagonal(s, last, BLOCK_N, S_LAYOUT)
+    return s
 
 
 # FlashAttention-3's schedule: one warp only loads (each query block's Q, then K and V tiles
@@ -164,7 +180,7 @@ def _ws_producer(smem, bars, ptrs, seq, n_blocks, n_work, WG: gl.constexpr,
                  NUM_BUF: gl.constexpr, SMEM: gl.constexpr, S_LAYOUT: gl.constexpr,
                  O_LAYOUT: gl.constexpr, P_LAYOUT: gl.constexpr, CAUSAL: gl.constexpr,
                  PV_OVERLAP: gl.constexpr, NUM_WG: gl.constexpr,
-                 PERSISTENT: gl.constexpr):
+                 PERSISTENT: gl.constexpr, COMPACT: gl.constexpr):
     """The load warp: for each of the program's query blocks, Q of every consumer warpgroup,
     then K and V of every key tile, by TMA."""
     q_bar, q_empty, ready, empty, turn = bars
@@ -310,15 +326,17 @@ def _ws_read_work(work_smem, q_bar, it, Q_BUFS: gl.constexpr):
 
 @gluon.jit
 def _ws_step(c, t, q, k_smem, v_smem, ready, empty, turn, p_op, acc, m_i, l_i, zeros_s,
-             diag_last, qk_scale_log2, WG: gl.constexpr, NEXT: gl.constexpr, BLOCK_N: gl.constexpr,
-             NUM_BUF: gl.constexpr, MASK: gl.constexpr, S_LAYOUT: gl.constexpr,
-             O_LAYOUT: gl.constexpr, P_LAYOUT: gl.constexpr, PV_OVERLAP: gl.constexpr):
+             diag_last, diag, qk_scale_log2, WG: gl.constexpr, NEXT: gl.constexpr,
+             BLOCK_N: gl.constexpr, NUM_BUF: gl.constexpr, MASK: gl.constexpr,
+             MASK_IF: gl.constexpr, S_LAYOUT: gl.constexpr, O_LAYOUT: gl.constexpr,
+             P_LAYOUT: gl.constexpr, PV_OVERLAP: gl.constexpr):
     """Turn j of a consumer warpgroup in its block: tile j's scores and tile j - 1's P V on
     the tensor cores, then tile j's softmax while the other warpgroups' matmuls run
     (``PV_OVERLAP``: and while this warpgroup's own P V still runs). c is tile j's place in
     the ring (tiles since the program began), t the warpgroup's turns since then, NEXT the
     warpgroup whose turn follows; with ``MASK`` tile j meets the warpgroup's diagonal, each
-    row's last visible column there in ``diag_last``."""
+    row's last visible column there in ``diag_last``; with ``MASK_IF`` it does where the
+    runtime flag ``diag`` is set (one copy of the step for every tile: ``COMPACT``)."""
     b = c % NUM_BUF
     b_prev = (c - 1) % NUM_BUF
     mbarrier.wait(ready.index(b), (c // NUM_BUF) & 1)  # K and V of tile j landed
@@ -330,6 +348,8 @@ def _ws_step(c, t, q, k_smem, v_smem, ready, empty, turn, p_op, acc, m_i, l_i, z
     if PV_OVERLAP:
         # wgmma groups complete in order: one left outstanding is P V, the scores are done.
         s = warpgroup_mma_wait(1, deps=[s])
+        if MASK_IF:
+            s = _hide_if_diagonal(s, diag, diag_last, BLOCK_N, S_LAYOUT)
         p, alpha, m_i, l_i = _softmax_tile(s, m_i, l_i, 0, diag_last, qk_scale_log2,
                                            BLOCK_N, MASK, S_LAYOUT)
         acc = warpgroup_mma_wait(0, deps=[acc])
@@ -338,6 +358,8 @@ def _ws_step(c, t, q, k_smem, v_smem, ready, empty, turn, p_op, acc, m_i, l_i, z
         s, acc = warpgroup_mma_wait(0, deps=[s, acc])
         mbarrier.arrive(empty.index(b_prev), count=1)  # tile j - 1's buffers are free
         # This tile's softmax.
+        if MASK_IF:
+            s = _hide_if_diagonal(s, diag, diag_last, BLOCK_N, S_LAYOUT)
         p, alpha, m_i, l_i = _softmax_tile(s, m_i, l_i, 0, diag_last, qk_scale_log2,
                                            BLOCK_N, MASK, S_LAYOUT)
     # The rescale of o under the new max, before the next P V adds to it.
@@ -352,7 +374,7 @@ def _ws_consumer(smem, bars, ptrs, seq, n_blocks, n_work, WG: gl.constexpr,
                  NUM_BUF: gl.constexpr, SMEM: gl.constexpr, S_LAYOUT: gl.constexpr,
                  O_LAYOUT: gl.constexpr, P_LAYOUT: gl.constexpr, CAUSAL: gl.constexpr,
                  PV_OVERLAP: gl.constexpr, NUM_WG: gl.constexpr,
-                 PERSISTENT: gl.constexpr):
+                 PERSISTENT: gl.constexpr, COMPACT: gl.constexpr):
     """One warpgroup's ROWS query rows (WG 0 .. NUM_WG - 1) of each of the program's blocks:
     the online softmax over every key tile, its matmuls issued in turn with the other
     warpgroups'. In a block of n_tiles key tiles each warpgroup takes n_tiles + 1 turns: tile
@@ -381,7 +403,7 @@ def _ws_consumer(smem, bars, ptrs, seq, n_blocks, n_work, WG: gl.constexpr,
             n_tiles = _ws_consume_block(work, g, it, smem, bars, ptrs, o_out, seq, n_blocks,
                                         n_work, WG, ROWS, HEAD_D, BLOCK_N, NUM_BUF, S_LAYOUT,
                                         O_LAYOUT, P_LAYOUT, CAUSAL, PV_OVERLAP, NUM_WG,
-                                        PERSISTENT)
+                                        PERSISTENT, COMPACT)
             g += n_tiles
             it += 1
             work = _ws_read_work(work_smem, q_bar, it, Q_BUFS)
@@ -396,13 +418,13 @@ def _ws_consumer(smem, bars, ptrs, seq, n_blocks, n_work, WG: gl.constexpr,
             n_tiles = _ws_consume_block(work, g, it, smem, bars, ptrs, o_out, seq, n_blocks,
                                         n_work, WG, ROWS, HEAD_D, BLOCK_N, NUM_BUF, S_LAYOUT,
                                         O_LAYOUT, P_LAYOUT, CAUSAL, PV_OVERLAP, NUM_WG,
-                                        PERSISTENT)
+                                        PERSISTENT, COMPACT)
             g += n_tiles
             it += 1
     else:
         _ws_consume_block(gl.program_id(0), 0, 0, smem, bars, ptrs, o_out, seq, n_blocks,
                           n_work, WG, ROWS, HEAD_D, BLOCK_N, NUM_BUF, S_LAYOUT, O_LAYOUT,
-                          P_LAYOUT, CAUSAL, PV_OVERLAP, NUM_WG, PERSISTENT)
+                          P_LAYOUT, CAUSAL, PV_OVERLAP, NUM_WG, PERSISTENT, COMPACT)
     if O_TMA:  # the shared buffer must outlive the last store's read of it
         tma.store_wait(0)
 
@@ -450,11 +472,13 @@ def _ws_consume_block(work, g, it, smem, bars, ptrs, o_out, seq, n_blocks, n_wor
                       WG: gl.constexpr, ROWS: gl.constexpr, HEAD_D: gl.constexpr,
                       BLOCK_N: gl.constexpr, NUM_BUF: gl.constexpr, S_LAYOUT: gl.constexpr,
                       O_LAYOUT: gl.constexpr, P_LAYOUT: gl.constexpr, CAUSAL: gl.constexpr,
-                      PV_OVERLAP: gl.constexpr, NUM_WG: gl.constexpr, PERSISTENT: gl.constexpr):
+                      PV_OVERLAP: gl.constexpr, NUM_WG: gl.constexpr, PERSISTENT: gl.constexpr,
+                      COMPACT: gl.constexpr):
     """Warpgroup WG's rows of query block ``work``, the program's block number ``it``, whose
     first key tile sits at the ring's place ``g`` (the warpgroup's turns before it: g + it);
     returns its key tiles. o_out: o's TMA descriptor where o leaves through shared memory,
-    else its pointer."""
+    else its pointer. ``COMPACT`` (causal): one copy of the first tile's softmax and of the
+    step for every tile, the diagonal's mask behind a branch (:func:`_ws_compact`)."""
     q_smem, k_smem, v_smem, work_smem, o_smem = smem
     q_bar, q_empty, ready, empty, turn = bars
     q_ptr, k_ptr, v_ptr, o_ptr, qk_scale_log2, counter_ptr = ptrs
@@ -508,24 +532,40 @@ def _ws_consume_block(work, g, it, smem, bars, ptrs, o_out, seq, n_blocks, n_wor
     # Turn 0: tile 0's scores.
     s = _ws_scores_alone(q, k_smem, ready, turn, zeros_s, g, it, WG, NEXT, NUM_BUF)
     m_i = gl.full([ROWS], -float("inf"), gl.float32, gl.SliceLayout(1, S_LAYOUT))
-    if CAUSAL and row0 < BLOCK_N:  # tile 0 meets this warpgroup's diagonal: masked
+    # Tile j meets this warpgroup's diagonal where j == n_own - 1 (tile 0: where row0 <
+    # BLOCK_N); every key of an earlier tile lies before its first row.
+    if COMPACT:  # one copy of each softmax, masked by a branch: short causal blocks
+        s = _hide_if_diagonal(s, row0 < BLOCK_N, diag_last, BLOCK_N, S_LAYOUT)
+        p, alpha, m_i, l_i = _softmax_tile(s, m_i, l_i, 0, diag_last, qk_scale_log2, BLOCK_N,
+                                           False, S_LAYOUT)
+    elif CAUSAL and row0 < BLOCK_N:  # tile 0 meets this warpgroup's diagonal: masked
         p, alpha, m_i, l_i = _softmax_tile(s, m_i, l_i, 0, diag_last, qk_scale_log2, BLOCK_N,
                                            True, S_LAYOUT)
-    else:  # every key of tile 0 lies before this warpgroup's first row
+    else:
         p, alpha, m_i, l_i = _softmax_tile(s, m_i, l_i, 0, diag_last, qk_scale_log2, BLOCK_N,
                                            False, S_LAYOUT)
     p_op = gl.convert_layout(p.to(dtype), P_LAYOUT)
 
-    for j in range(1, n_own - 1):
-        p_op, acc, m_i, l_i = _ws_step(g + j, g + it + j, q, k_smem, v_smem, ready,
-                                       empty, turn, p_op, acc, m_i, l_i, zeros_s, diag_last,
-                                       qk_scale_log2, WG, NEXT, BLOCK_N, NUM_BUF, False,
-                                       S_LAYOUT, O_LAYOUT, P_LAYOUT, PV_OVERLAP)
-    for j in range(gl.maximum(n_own - 1, 1), n_own):
-        p_op, acc, m_i, l_i = _ws_step(g + j, g + it + j, q, k_smem, v_smem, ready,
-                                       empty, turn, p_op, acc, m_i, l_i, zeros_s, diag_last,
-                                       qk_scale_log2, WG, NEXT, BLOCK_N, NUM_BUF, CAUSAL,
-                                       S_LAYOUT, O_LAYOUT, P_LAYOUT, PV_OVERLAP)
+    if COMPACT:
+        for j in range(1, n_own):
+            p_op, acc, m_i, l_i = _ws_step(g + j, g + it + j, q, k_smem, v_smem, ready,
+                                           empty, turn, p_op, acc, m_i, l_i, zeros_s,
+                                           diag_last, j == n_own - 1, qk_scale_log2, WG, NEXT,
+                                           BLOCK_N, NUM_BUF, False, True, S_LAYOUT, O_LAYOUT,
+                                           P_LAYOUT, PV_OVERLAP)
+    else:  # the tiles before the diagonal, then the one that meets it (masked if causal)
+        for j in range(1, n_own - 1):
+            p_op, acc, m_i, l_i = _ws_step(g + j, g + it + j, q, k_smem, v_smem, ready,
+                                           empty, turn, p_op, acc, m_i, l_i, zeros_s,
+                                           diag_last, False, qk_scale_log2, WG, NEXT, BLOCK_N,
+                                           NUM_BUF, False, False, S_LAYOUT, O_LAYOUT,
+                                           P_LAYOUT, PV_OVERLAP)
+        for j in range(gl.maximum(n_own - 1, 1), n_own):
+            p_op, acc, m_i, l_i = _ws_step(g + j, g + it + j, q, k_smem, v_smem, ready,
+                                           empty, turn, p_op, acc, m_i, l_i, zeros_s,
+                                           diag_last, False, qk_scale_log2, WG, NEXT, BLOCK_N,
+                                           NUM_BUF, CAUSAL, False, S_LAYOUT, O_LAYOUT,
+                                           P_LAYOUT, PV_OVERLAP)
     # Every score of the block is in: the producer may load the next block's Q.
     mbarrier.arrive(q_empty.index(slot), count=1)
 
@@ -594,9 +634,9 @@ def _ws_consume_chain(smem, bars, ptrs, o_out, seq, n_blocks, n_work, WG: gl.con
         # Turns 1 .. n - 1: tile j's scores with tile j - 1's P V (tile 0's scores are in).
         for j in range(1, n_tiles):
             p_op, acc, m_i, l_i = _ws_step(g + j, g + j, q, k_smem, v_smem, ready, empty,
-                                           turn, p_op, acc, m_i, l_i, zeros_s, rows,
+                                           turn, p_op, acc, m_i, l_i, zeros_s, rows, False,
                                            qk_scale_log2, WG, NEXT, BLOCK_N, NUM_BUF, False,
-                                           S_LAYOUT, O_LAYOUT, P_LAYOUT, PV_OVERLAP)
+                                           False, S_LAYOUT, O_LAYOUT, P_LAYOUT, PV_OVERLAP)
         mbarrier.arrive(q_empty.index(slot), count=1)  # every score of the block is in
         b_last = (g + n_tiles - 1) % NUM_BUF  # the block's last V
         g += n_tiles
@@ -724,14 +764,16 @@ def _attn_fwd_ws(q_ptr, k_ptr, v_ptr, o_ptr, counter_ptr, seq, n_blocks, n_work,
                  NUM_BUF: gl.constexpr, SMEM: gl.constexpr, S_LAYOUT: gl.constexpr,
                  O_LAYOUT: gl.constexpr, P_LAYOUT: gl.constexpr, CAUSAL: gl.constexpr,
                  PV_OVERLAP: gl.constexpr, NUM_WG: gl.constexpr,
-                 PERSISTENT: gl.constexpr, Q_BUFS: gl.constexpr, O_TMA: gl.constexpr):
+                 PERSISTENT: gl.constexpr, Q_BUFS: gl.constexpr, O_TMA: gl.constexpr,
+                 COMPACT: gl.constexpr):
     """n_work query blocks (n_blocks per (batch, head)), program i taking blocks i, i + P,
     i + 2P, ... of P programs: one block each when launched with one program per block, or
     persistent, one program per SM walking many (Q_BUFS = 2: the next block's Q loads into
     the other buffer while this block runs); or (PERSISTENT == _DYNAMIC) one program per SM
     taking the next block from the first of the two int32 at counter_ptr (both zero at
     launch, and zero again when the last program is done: ``_ws_count_out``). O_TMA: o leaves
-    through shared memory by TMA (``_ws_o_tma``)."""
+    through shared memory by TMA (``_ws_o_tma``); COMPACT: the consumers' code in one copy
+    per tile kind (``_ws_compact``)."""
     dtype: gl.constexpr = q_ptr.dtype.element_ty
     q_smem = gl.allocate_shared_memory(dtype, [Q_BUFS * NUM_WG, ROWS, HEAD_D], SMEM)
     k_smem = gl.allocate_shared_memory(dtype, [NUM_BUF, BLOCK_N, HEAD_D], SMEM)
@@ -770,46 +812,46 @@ def _attn_fwd_ws(q_ptr, k_ptr, v_ptr, o_ptr, counter_ptr, seq, n_blocks, n_work,
         gl.warp_specialize([
             (_ws_consumer, (smem, bars, ptrs, seq, n_blocks, n_work, 0, ROWS, HEAD_D, BLOCK_N,
                             NUM_BUF, SMEM, S_LAYOUT, O_LAYOUT, P_LAYOUT, CAUSAL, PV_OVERLAP,
-                            NUM_WG, PERSISTENT)),
+                            NUM_WG, PERSISTENT, COMPACT)),
             (_ws_consumer, (smem, bars, ptrs, seq, n_blocks, n_work, 1, ROWS, HEAD_D, BLOCK_N,
                             NUM_BUF, SMEM, S_LAYOUT, O_LAYOUT, P_LAYOUT, CAUSAL, PV_OVERLAP,
-                            NUM_WG, PERSISTENT)),
+                            NUM_WG, PERSISTENT, COMPACT)),
             (_ws_producer, (smem, bars, ptrs, seq, n_blocks, n_work, 0, ROWS, HEAD_D, BLOCK_N,
                             NUM_BUF, SMEM, S_LAYOUT, O_LAYOUT, P_LAYOUT, CAUSAL, PV_OVERLAP,
-                            NUM_WG, PERSISTENT)),
+                            NUM_WG, PERSISTENT, COMPACT)),
         ], [4, 1], [240, 24])
     elif NUM_WG == 3:  # three consumers (192 query rows): FlashAttention-3's shape for D = 64
         gl.warp_specialize([
             (_ws_consumer, (smem, bars, ptrs, seq, n_blocks, n_work, 0, ROWS, HEAD_D, BLOCK_N,
                             NUM_BUF, SMEM, S_LAYOUT, O_LAYOUT, P_LAYOUT, CAUSAL, PV_OVERLAP,
-                            NUM_WG, PERSISTENT)),
+                            NUM_WG, PERSISTENT, COMPACT)),
             (_ws_consumer, (smem, bars, ptrs, seq, n_blocks, n_work, 1, ROWS, HEAD_D, BLOCK_N,
                             NUM_BUF, SMEM, S_LAYOUT, O_LAYOUT, P_LAYOUT, CAUSAL, PV_OVERLAP,
-                            NUM_WG, PERSISTENT)),
+                            NUM_WG, PERSISTENT, COMPACT)),
             (_ws_consumer, (smem, bars, ptrs, seq, n_blocks, n_work, 2, ROWS, HEAD_D, BLOCK_N,
                             NUM_BUF, SMEM, S_LAYOUT, O_LAYOUT, P_LAYOUT, CAUSAL, PV_OVERLAP,
-                            NUM_WG, PERSISTENT)),
+                            NUM_WG, PERSISTENT, COMPACT)),
             (_ws_producer, (smem, bars, ptrs, seq, n_blocks, n_work, 0, ROWS, HEAD_D, BLOCK_N,
                             NUM_BUF, SMEM, S_LAYOUT, O_LAYOUT, P_LAYOUT, CAUSAL, PV_OVERLAP,
-                            NUM_WG, PERSISTENT)),
+                            NUM_WG, PERSISTENT, COMPACT)),
         ], [4, 4, 1], [160, 160, 24])
     else:  # four consumers (256 query rows, key tiles of 64): D = 64, mostly below S = 2048
         gl.warp_specialize([
             (_ws_consumer, (smem, bars, ptrs, seq, n_blocks, n_work, 0, ROWS, HEAD_D, BLOCK_N,
                             NUM_BUF, SMEM, S_LAYOUT, O_LAYOUT, P_LAYOUT, CAUSAL, PV_OVERLAP,
-                            NUM_WG, PERSISTENT)),
+                            NUM_WG, PERSISTENT, COMPACT)),
             (_ws_consumer, (smem, bars, ptrs, seq, n_blocks, n_work, 1, ROWS, HEAD_D, BLOCK_N,
                             NUM_BUF, SMEM, S_LAYOUT, O_LAYOUT, P_LAYOUT, CAUSAL, PV_OVERLAP,
-                            NUM_WG, PERSISTENT)),
+                            NUM_WG, PERSISTENT, COMPACT)),
             (_ws_consumer, (smem, bars, ptrs, seq, n_blocks, n_work, 2, ROWS, HEAD_D, BLOCK_N,
                             NUM_BUF, SMEM, S_LAYOUT, O_LAYOUT, P_LAYOUT, CAUSAL, PV_OVERLAP,
-                            NUM_WG, PERSISTENT)),
+                            NUM_WG, PERSISTENT, COMPACT)),
             (_ws_consumer, (smem, bars, ptrs, seq, n_blocks, n_work, 3, ROWS, HEAD_D, BLOCK_N,
                             NUM_BUF, SMEM, S_LAYOUT, O_LAYOUT, P_LAYOUT, CAUSAL, PV_OVERLAP,
-                            NUM_WG, PERSISTENT)),
+                            NUM_WG, PERSISTENT, COMPACT)),
             (_ws_producer, (smem, bars, ptrs, seq, n_blocks, n_work, 0, ROWS, HEAD_D, BLOCK_N,
                             NUM_BUF, SMEM, S_LAYOUT, O_LAYOUT, P_LAYOUT, CAUSAL, PV_OVERLAP,
-                            NUM_WG, PERSISTENT)),
+                            NUM_WG, PERSISTENT, COMPACT)),
         ], [4, 4, 4, 1], [112, 112, 112, 24])
 
 
@@ -817,13 +859,15 @@ def _attn_fwd_ws(q_ptr, k_ptr, v_ptr, o_ptr, counter_ptr, seq, n_blocks, n_work,
 def _ws_constexprs(head_d: int, block_n: int, causal: bool, num_buf: int = WS_NUM_BUF,
                    pv_overlap: bool = False, warpgroups: int = 2,
                    persistent: bool = False, q_buffers: int = 1,
-                   dynamic: bool = False, chained: bool = False) -> dict[str, Any]:
+                   dynamic: bool = False, chained: bool = False,
+                   compact: bool = False) -> dict[str, Any]:
     """The warp-specialized kernel's compile-time arguments (4-warp consumer layouts;
     ``warpgroups`` consumers of 64 query rows each, 2, 3 or 4; ``persistent``: one program per
     SM walking the query blocks, ``dynamic``: taking them from a counter, ``chained``: each
     block's last P V beside the next one's first Q K^T; ``q_buffers``: 2 lets it load the
     next block's Q during this one; o leaves through shared memory by TMA where it fits,
-    :func:`_ws_o_tma`)."""
+    :func:`_ws_o_tma`; ``compact``, causal: the consumers' code in one copy per tile kind,
+    :func:`_ws_compact`)."""
     schedule = (_DYNAMIC if dynamic else _CHAINED if chained else _STATIC if persistent
                 else _ONE_PER_BLOCK)
     o_layout = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
@@ -832,6 +876,7 @@ def _ws_constexprs(head_d: int, block_n: int, causal: bool, num_buf: int = WS_NU
         ROWS=WS_ROWS, HEAD_D=head_d, BLOCK_N=block_n, NUM_BUF=num_buf, CAUSAL=causal,
         PV_OVERLAP=pv_overlap, NUM_WG=warpgroups, PERSISTENT=schedule.value, Q_BUFS=q_buffers,
         O_TMA=_ws_o_tma(head_d, warpgroups, block_n, num_buf, q_buffers),
+        COMPACT=compact and causal,
         SMEM=gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2),
         S_LAYOUT=gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                            instr_shape=[16, block_n, 16]),
@@ -937,6 +982,23 @@ def _ws_chained(head_d: int, causal: bool, warpgroups: int, persistent: bool,
     """Whether the shipped launch chains its blocks: with :data:`WS_CHAIN`, where it can at
     D = 128."""
     return WS_CHAIN and head_d == 128 and _ws_chainable(causal, warpgroups, persistent, dynamic)
+
+
+#: Causal launches at D = 64 below this length run the compact consumer (:func:`_ws_compact`).
+WS_COMPACT_BELOW = 0  # off until timed on a GPU
+
+
+def _ws_compact(head_d: int, causal: bool, seq: int) -> bool:
+    """Whether the shipped launch compiles its consumers compact: one copy of the first
+    tile's softmax and one of the step for every key tile, the diagonal's mask behind a
+    branch, where constant masks compile a copy for the diagonal tile and one for the rest.
+    Causal at D = 64 below :data:`WS_COMPACT_BELOW`: blocks of one to a few key tiles walk
+    the whole of the consumer's code once per block, and each of the two consumers has its
+    own copy (warp_specialize's partitions): at S = 512 (H100, ncu's warp-state samples)
+    25% of the consumers' samples waited for instructions to be fetched (``no_inst``),
+    against cuDNN's 1.5% from a kernel a quarter the size (1,264 SASS instructions against
+    4,664)."""
+    return causal and head_d == 64 and seq < WS_COMPACT_BELOW
 
 
 def _ws_q_buffers(head_d: int, causal: bool, seq: int) -> int:
@@ -1064,7 +1126,7 @@ def _ws_launch(b: int, h: int, s: int, d: int, device: Any, causal: bool,
                block_n: int | None, num_buf: int | None, maxnreg: int | None,
                pv_overlap: bool | None, warpgroups: int | None, persistent: bool | None,
                programs: int | None, q_buffers: int | None, dynamic: bool | None,
-               chain: bool | None) -> _WsLaunch:
+               chain: bool | None, compact: bool | None = None) -> _WsLaunch:
     """The launch :func:`forward` runs for q of shape ``[b, h, s, d]`` on ``device`` and its
     overrides (None: the shipped choice), planned once per key, with the kernels compiled
     for it (:func:`_launch_ws`): on small calls the host's time is the call's. Together,
@@ -1103,7 +1165,8 @@ def _ws_launch(b: int, h: int, s: int, d: int, device: Any, causal: bool,
         programs = min(n_work, sm_count(device))
     constexprs = _ws_constexprs(d, block_n, causal, num_buf,
                                 _ws_pv_overlap(d) if pv_overlap is None else bool(pv_overlap),
-                                wg, persistent, q_buffers, dynamic, bool(chain))
+                                wg, persistent, q_buffers, dynamic, bool(chain),
+                                _ws_compact(d, causal, s) if compact is None else bool(compact))
     return _WsLaunch(programs, n_blocks, n_work, dynamic, maxnreg or _ws_maxnreg(wg),
                      constexprs, {})
 
@@ -1125,7 +1188,8 @@ def forward(q: Any, k: Any, v: Any, *, causal: bool = False, scale: float | None
             maxnreg: int | None = None, pv_overlap: bool | None = None,
             warpgroups: int | None = None, persistent: bool | None = None,
             programs: int | None = None, q_buffers: int | None = None,
-            dynamic: bool | None = None, chain: bool | None = None) -> Any:
+            dynamic: bool | None = None, chain: bool | None = None,
+            compact: bool | None = None) -> Any:
     """softmax(q k^T * scale) v for inputs :func:`fits` accepts (it raises ValueError with the
     reason otherwise); causal hides keys after the query (Sq == Sk: both alignments agree).
     ``block_n`` (key tile), ``num_buf`` (K/V buffers), ``maxnreg`` (registers per thread;
@@ -1142,7 +1206,8 @@ def forward(q: Any, k: Any, v: Any, *, causal: bool = False, scale: float | None
     ``dynamic``: persistent programs take the next block from a counter, as
     FlashAttention-3's tile scheduler, instead of every P-th; ``chain``: each block's last
     P V issued beside the next block's first Q K^T, :func:`_ws_chained`, for persistent
-    blocks of two warpgroups without causal or the counter) override the measured launch
+    blocks of two warpgroups without causal or the counter; ``compact``: the consumers' code
+    in one copy per tile kind, causal, :func:`_ws_compact`) override the measured launch
     (for the bench's candidates: ``bench/gluon_attention.py --bench-ws``).
 
     >>> o = forward(q, k, v, causal=True)  # doctest: +SKIP
@@ -1152,7 +1217,8 @@ def forward(q: Any, k: Any, v: Any, *, causal: bool = False, scale: float | None
         raise ValueError(f"the Gluon attention kernel needs {why}")
     b, h, s, d = q.shape
     launch = _ws_launch(b, h, s, d, q.device, bool(causal), block_n, num_buf, maxnreg,
-                        pv_overlap, warpgroups, persistent, programs, q_buffers, dynamic, chain)
+                        pv_overlap, warpgroups, persistent, programs, q_buffers, dynamic, chain,
+                        compact)
     return _run(launch, q, k, v, scale)
 
 
