@@ -480,6 +480,25 @@ def test_the_compact_causal_consumer_compiles_one_softmax_per_tile_kind():
     assert not compiled("yes", False)["compact"]
 
 
+def test_the_compact_consumer_is_shipped_for_short_causal_rows_at_d64():
+    # Where it measured faster (causal, D = 64, below WS_COMPACT_BELOW); forward's compact
+    # overrides it, and a launch without causal has no diagonal to compact.
+    ag = _gluon_kernel_module()
+    device = torch.device("cpu")
+
+    def compact(s: int, d: int, causal: bool, override: Any = None) -> bool:
+        launch = ag._ws_launch.__wrapped__(2, 3, s, d, device, causal, *[None] * 6, 5,
+                                           *[None] * 3, override)
+        return launch.constexprs["COMPACT"]
+
+    below = ag.WS_COMPACT_BELOW
+    assert 512 < below <= 4096
+    assert compact(512, 64, True) and compact(below - 128, 64, True)
+    assert not compact(below, 64, True) and not compact(512, 128, True)
+    assert not compact(512, 64, False) and not compact(512, 64, False, True)
+    assert compact(4096, 64, True, True) and not compact(512, 64, True, False)
+
+
 def test_the_gluon_ws_launch_candidates_compile_without_spills():
     # What --bench-ws times on a GPU: other key tiles, buffer counts, register caps and
     # three or four consumer warpgroups.

@@ -985,7 +985,7 @@ def _ws_chained(head_d: int, causal: bool, warpgroups: int, persistent: bool,
 
 
 #: Causal launches at D = 64 below this length run the compact consumer (:func:`_ws_compact`).
-WS_COMPACT_BELOW = 0  # off until timed on a GPU
+WS_COMPACT_BELOW = 2048
 
 
 def _ws_compact(head_d: int, causal: bool, seq: int) -> bool:
@@ -997,7 +997,12 @@ def _ws_compact(head_d: int, causal: bool, seq: int) -> bool:
     own copy (warp_specialize's partitions): at S = 512 (H100, ncu's warp-state samples)
     25% of the consumers' samples waited for instructions to be fetched (``no_inst``),
     against cuDNN's 1.5% from a kernel a quarter the size (1,264 SASS instructions against
-    4,664)."""
+    4,664; compact, 3,656). On an H100, bf16, B x S = 16k, H x D = 2048, five interleaved
+    runs each in one process, x cuDNN split -> compact: S = 256 0.963 -> 0.974, 512
+    0.877 -> **1.005**, 1024 0.995 -> 1.014; at 2048 1.025 -> 0.999, and at D = 128
+    level or slower (256-2048: 0.982 / 0.921 / 1.008 / 1.051 -> 0.982 / 0.930 / 1.004 /
+    1.028), where longer step loops keep the code in cache: not taken there
+    (reports/h200/bench_attention.md, fifty-fifth round)."""
     return causal and head_d == 64 and seq < WS_COMPACT_BELOW
 
 
