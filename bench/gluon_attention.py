@@ -21,6 +21,8 @@ the H200 (reports/h200/bench_attention.md):
     python bench/gluon_attention.py --offline --ws --sass   # + each turn's SASS by opcode
     python bench/gluon_attention.py --offline --ws --chain --seq 1280   # chained blocks
     python bench/gluon_attention.py --bench-ws           # the ws kernel's launch candidates
+    python bench/gluon_attention.py --bench-compact --dims 64 --seqs 256,512,1024,2048
+                                                         # the compact causal consumer, A/B
     onlinesm check bench/gluon_attention.py:attention_ws --op attention --dtypes \
         bfloat16,float16 --head-dims 64,128 --seq-multiple 128 --same-seq --no-mask \
         --max-seq-q 512 --max-seq-k 512 --unsupported "ValueError:gluon candidate"
@@ -437,6 +439,53 @@ def _bench_ws(seqs: list[int], dims: list[int],
                           f"{tf / cudnn:.2f} | {err:.3g} |", flush=True)
 
 
+def _bench_compact(seqs: list[int], dims: list[int], runs: int = 5) -> None:
+    """The compact causal consumer (``forward(compact=True)``) against the split one and
+    cuDNN in one process, ``runs`` interleaved medians of do_bench each (bf16, causal,
+    B*S = 16k, H*D = 2048); first the two consumers' outputs against each other (the same
+    arithmetic: bitwise equal) and against SDPA math in float32, bf16 and fp16."""
+    import statistics
+
+    import torch
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    for d, s, dtype in itertools.product(dims, seqs, (torch.bfloat16, torch.float16)):
+        q, k, v = (torch.randn(2, 3, s, d, device="cuda", dtype=dtype) for _ in range(3))
+        split, compact = (attention_gluon.forward(q, k, v, causal=True, compact=c)
+                          for c in (False, True))
+        ref = sdpa(q.float(), k.float(), v.float(), is_causal=True)
+        print(f"check D={d} S={s} {dtype}: max|compact - split| "
+              f"{float((compact - split).abs().max()):.3g}, max|compact - math| "
+              f"{float((compact.float() - ref).abs().max()):.4f}, max|split - math| "
+              f"{float((split.float() - ref).abs().max()):.4f}", flush=True)
+    print("| D | S (causal) | split TFLOP/s | compact TFLOP/s | cuDNN TFLOP/s | split x cuDNN | "
+          f"compact x cuDNN | compact / split µs ({runs} runs) |\n|---|---|---|---|---|---|---|---|")
+    for d, s in itertools.product(dims, seqs):
+        b, h = 16384 // s, 2048 // d
+        q, k, v = (torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16)
+                   for _ in range(3))
+        flops = 4 * b * h * s * s * d / 2
+
+        def cudnn() -> Any:
+            with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
+                return sdpa(q, k, v, is_causal=True)
+
+        fns = {"split": lambda: attention_gluon.forward(q, k, v, causal=True, compact=False),
+               "compact": lambda: attention_gluon.forward(q, k, v, causal=True, compact=True),
+               "cudnn": cudnn}
+        times: dict[str, list[float]] = {name: [] for name in fns}
+        for _ in range(runs):
+            for name, fn in fns.items():
+                times[name].append(time_ms(fn, warmup=10, rep=60))
+        med = {name: statistics.median(t) for name, t in times.items()}
+        tf = {name: flops / med[name] * 1e-9 for name in fns}
+        print(f"| {d} | {s} | {tf['split']:.0f} | {tf['compact']:.0f} | {tf['cudnn']:.0f} | "
+              f"{med['cudnn'] / med['split']:.3f} | {med['cudnn'] / med['compact']:.3f} | "
+              f"{min(times['compact']) * 1e3:.1f}-{max(times['compact']) * 1e3:.1f} / "
+              f"{min(times['split']) * 1e3:.1f}-{max(times['split']) * 1e3:.1f} |", flush=True)
+
+
 def _pick(ap: argparse.ArgumentParser, flag: str, text: str | None, name: str,
           table: tuple[Any, ...]) -> tuple[Any, ...]:
     """The rows of ``table`` (called ``name``) that ``text`` names by position ("0,3"); ()
@@ -491,6 +540,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--compact", choices=("yes", "no"), default=None,
                     help="with --offline --ws: causal consumers in one copy per tile kind, or "
                          "not (forward's compact; the shipped launch's by default)")
+    ap.add_argument("--bench-compact", action="store_true",
+                    help="time the compact causal consumer against the split one and cuDNN, "
+                         "in one process (needs CUDA; --seqs, --dims)")
     ap.add_argument("--seqs", default="1024,4096,16384")
     ap.add_argument("--seq", type=int, default=4096,
                     help="with --offline --ws: the sequence length whose shipped launch to "
@@ -498,6 +550,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dims", default="64,128")
     args = ap.parse_args(argv)
     dims = [int(d) for d in args.dims.split(",")]
+    # the launch tables' positions first: a bad one ends the command before any work
+    schedules = (_pick(ap, "--schedules", args.schedules, "WS_SCHEDULES", WS_SCHEDULES)
+                 or WS_SCHEDULES)
+    candidates = (() if args.shipped_only else _pick(
+        ap, "--candidates", args.candidates, "WS_CANDIDATES", WS_CANDIDATES) or WS_CANDIDATES)
+    timed = [f for f, on in (("--bench", args.bench), ("--bench-ws", args.bench_ws),
+                             ("--bench-compact", args.bench_compact)) if on]
+    if timed:
+        import torch
+
+        if not torch.cuda.is_available():
+            ap.error(f"{' '.join(timed)} times kernels on a GPU and this machine has no CUDA "
+                     "device; --offline compiles without one")
     if args.offline and args.ws_candidates:
         for d, bn, nb, reg, overlap, wg in (c for c in WS_CANDIDATES if c[0] in dims):
             r = compile_offline(d, False, bn, overlap_pv=overlap, ws=True, num_buf=nb,
@@ -519,12 +584,10 @@ def main(argv: list[str] | None = None) -> int:
         _bench([int(s) for s in args.seqs.split(",")], dims)
     if args.bench_ws:
         causals = {"both": (False, True), "yes": (True,), "no": (False,)}[args.causal]
-        schedules = (_pick(ap, "--schedules", args.schedules, "WS_SCHEDULES", WS_SCHEDULES)
-                     or WS_SCHEDULES)
-        candidates = (() if args.shipped_only else _pick(
-            ap, "--candidates", args.candidates, "WS_CANDIDATES", WS_CANDIDATES) or WS_CANDIDATES)
         _bench_ws([int(s) for s in args.seqs.split(",")], dims, candidates, causals, schedules)
-    if not (args.offline or args.bench or args.bench_ws):
+    if args.bench_compact:
+        _bench_compact([int(s) for s in args.seqs.split(",")], dims)
+    if not (args.offline or args.bench or args.bench_ws or args.bench_compact):
         ap.print_help()
     return 0
 

@@ -378,6 +378,16 @@ def test_the_gluon_bench_refuses_a_launch_position_past_its_table_in_one_line(fl
     assert f"{flag} '0,{n}'" in err and f"in {table}, 0 to {n - 1}" in err, err
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal is for a machine without CUDA")
+@pytest.mark.parametrize("flag", ["--bench", "--bench-ws", "--bench-compact"])
+def test_the_gluon_bench_refuses_to_time_without_cuda_in_one_line(flag, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        _gluon_module().main([flag])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert f"{flag} times kernels on a GPU" in err and "--offline" in err, err
+
+
 def test_the_gluon_candidate_compiles_without_spills_or_serialised_wgmma():
     rows = _gluon_offline()
     assert len(rows) == 4  # D = 64 and 128, causal and not
