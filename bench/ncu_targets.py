@@ -111,11 +111,20 @@ CASES: dict[str, tuple[str, str]] = {
     "cudnn_bf16_d128_s1280": ("SDPA's cuDNN backend, bf16, B=12 H=16 S=1280 D=128",
                               "sdpa|fprop"),
     # The moonshot's causal gap at short rows: D = 64 causal at S = 512 (0.87 of cuDNN; every
-    # other launch shape ran 0.58-0.86), beside its peer
-    "attention_bf16_d64_s512_causal": ("attention() as routed (the Gluon kernel), bf16, B=32 "
-                                       "H=32 S=512 D=64, causal (0.87)", "attn"),
+    # other launch shape ran 0.58-0.86), beside its peer. Profiled in the fifty-fifth round:
+    # instruction fetch (25% of the consumers' samples no_inst, cuDNN's 1.5%); 1.00 since
+    # the compact consumer (attention_gluon._ws_compact)
+    "attention_bf16_d64_s512_causal": ("attention() as routed (the Gluon kernel, compact), "
+                                       "bf16, B=32 H=32 S=512 D=64, causal (1.00; 0.87 "
+                                       "before the compact consumer)", "attn"),
     "cudnn_bf16_d64_s512_causal": ("SDPA's cuDNN backend, bf16, B=32 H=32 S=512 D=64, causal",
                                    "sdpa|fprop"),
+    # What is left of it: D = 128 causal at S = 512 (0.92-0.93 of cuDNN on an H100, compact
+    # or not), beside its peer
+    "attention_bf16_d128_s512_causal": ("attention() as routed (the Gluon kernel), bf16, B=32 "
+                                        "H=16 S=512 D=128, causal (0.92-0.93)", "attn"),
+    "cudnn_bf16_d128_s512_causal": ("SDPA's cuDNN backend, bf16, B=32 H=16 S=512 D=128, "
+                                    "causal", "sdpa|fprop"),
     "attention_bf16_d128_s1024": ("attention() as routed (the Gluon kernel), bf16, B=16 H=16 "
                                   "S=1024 D=128, not causal", "attn"),
     "cudnn_bf16_d128_s1024": ("SDPA's cuDNN backend, bf16, B=16 H=16 S=1024 D=128",
