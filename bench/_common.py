@@ -66,13 +66,14 @@ def write_outputs(stem: str, data: Any, markdown: str) -> None:
         f.write(markdown + "\n")
 
 
-def ptxas_sm90(compiled: Any, sass: bool = False) -> dict[str, Any]:
+def ptxas_sm90(compiled: Any, sass: bool = False, wgmma_blocks: bool = True) -> dict[str, Any]:
     """What ``ptxas -v`` says of a kernel compiled for sm_90 (``triton.compile`` with
     ``GPUTarget("cuda", 90, 128)``, no GPU needed): ``{"registers", "spill_bytes", "shared",
     "sass_instructions", "softmax_blocks", "report"}`` (spill_bytes: spill stores;
     sass_instructions and softmax_blocks: with ``sass``, see _sass_instructions and
-    sass_softmax_blocks, else None (it costs a second per kernel), and None where nvdisasm is
-    not beside ptxas; report: ptxas's whole output, warnings included)."""
+    sass_softmax_blocks (``wgmma_blocks``, its ``wgmma``), else None (it costs a second per
+    kernel), and None where nvdisasm is not beside ptxas; report: ptxas's whole output,
+    warnings included)."""
     from triton.backends.nvidia.compiler import get_ptxas
 
     ptxas = get_ptxas(90).path
@@ -93,7 +94,8 @@ def ptxas_sm90(compiled: Any, sass: bool = False) -> dict[str, Any]:
                 spill_bytes=int(spills.group(1)) if spills else 0,
                 shared=int(getattr(compiled.metadata, "shared", 0)),
                 sass_instructions=_sass_instructions(text) if text is not None else None,
-                softmax_blocks=sass_softmax_blocks(text) if text is not None else None,
+                softmax_blocks=(sass_softmax_blocks(text, wgmma=wgmma_blocks)
+                                if text is not None else None),
                 report=report)
 
 
@@ -111,17 +113,23 @@ def _sass_instructions(text: str) -> int:
     return len(re.findall(r"/\*[0-9a-f]{4,}\*/", text))  # addresses: 4 hex digits or more
 
 
-def sass_softmax_blocks(text: str, min_exp2: int = 16) -> list[dict[str, Any]]:
+def sass_softmax_blocks(text: str, min_exp2: int = 16,
+                        wgmma: bool = True) -> list[dict[str, Any]]:
     """The basic blocks of nvdisasm's ``text`` that issue wgmma (``HGMMA``) and at least
     ``min_exp2`` exp2 (``MUFU``): an attention kernel's turns, each one key tile's matmuls
     and softmax; per block ``{"label", "instructions", "ops"}`` (ops: opcode, without its
     modifiers, -> count), each instruction issued once per thread and key tile. At D = 64
-    these counts beside the tile's tensor cycles are what bounds the softmax.
+    these counts beside the tile's tensor cycles are what bounds the softmax. ``wgmma``
+    False: every block of at least ``min_exp2`` exp2, for kernels whose turn branches
+    between its matmuls and its softmax (the Gluon kernel's compact consumer).
 
     >>> text = ".L_x_1:\\n /*0010*/ HGMMA.64x64x16.F32 R0, gdesc[UR4], R0 ;\\n" + (
     ...     " /*0020*/ MUFU.EX2 R1, R1 ;\\n" * 16) + " /*0030*/ @P0 FFMA R2, R2, R3, R4 ;\\n"
     >>> sass_softmax_blocks(text)
     [{'label': '.L_x_1', 'instructions': 18, 'ops': {'MUFU': 16, 'HGMMA': 1, 'FFMA': 1}}]
+    >>> apart = text.replace("HGMMA.64x64x16.F32", "IADD")  # the matmuls in another block
+    >>> len(sass_softmax_blocks(apart)), len(sass_softmax_blocks(apart, wgmma=False))
+    (0, 1)
     """
     blocks: list[tuple[str, list[str]]] = []
     for line in text.splitlines():
@@ -135,4 +143,4 @@ def sass_softmax_blocks(text: str, min_exp2: int = 16) -> list[dict[str, Any]]:
     return [dict(label=label, instructions=len(ops),
                  ops=dict(collections.Counter(ops).most_common()))
             for label, ops in blocks
-            if "HGMMA" in ops and ops.count("MUFU") >= min_exp2]
+            if ("HGMMA" in ops or not wgmma) and ops.count("MUFU") >= min_exp2]

@@ -309,8 +309,8 @@ def compile_offline(head_d: int, causal: bool, block_n: int | None = None,
         const = ag._ws_constexprs(head_d, block_n, causal, num_buf,
                                   ag._ws_pv_overlap(head_d) if overlap_pv is None else overlap_pv,
                                   warpgroups, persistent, q_buffers, dynamic, chain,
-                                  ag._ws_compact(head_d, causal, seq) if compact is None
-                                  else compact)
+                                  (ag._ws_compact(head_d, causal, seq) and not chain
+                                   and not overlap_pv) if compact is None else compact)
         options = dict(num_warps=4, maxnreg=maxnreg or ag._ws_maxnreg(warpgroups))
     else:
         const = _constexprs(head_d, block_n or _block_n(head_d), causal, bool(overlap_pv))
@@ -323,7 +323,8 @@ def compile_offline(head_d: int, causal: bool, block_n: int | None = None,
              for n in names if n.endswith("_ptr") or n == "seq"}
     compiled = triton.compile(GluonASTSource(fn, signature, constexprs=const, attrs=attrs),
                               target=GPUTarget("cuda", 90, 128), options=options)
-    r = ptxas_sm90(compiled, sass)
+    # the compact consumer's turn branches between its matmuls and its softmax
+    r = ptxas_sm90(compiled, sass, wgmma_blocks=not const.get("COMPACT"))
     ptx = compiled.asm["ptx"]
     return dict(head_d=head_d, causal=causal, block_n=const["BLOCK_N"],
                 num_buf=const["NUM_BUF"], maxnreg=options.get("maxnreg"),
@@ -439,40 +440,42 @@ def _bench_ws(seqs: list[int], dims: list[int],
                           f"{tf / cudnn:.2f} | {err:.3g} |", flush=True)
 
 
-def _bench_compact(seqs: list[int], dims: list[int], runs: int = 5) -> None:
-    """The compact causal consumer (``forward(compact=True)``) against the split one and
-    cuDNN in one process, ``runs`` interleaved medians of do_bench each (bf16, causal,
-    B*S = 16k, H*D = 2048); first the two consumers' outputs against each other (the same
-    arithmetic: bitwise equal) and against SDPA math in float32, bf16 and fp16."""
+def _bench_compact(seqs: list[int], dims: list[int], causals: tuple[bool, ...] = (True,),
+                   runs: int = 5) -> None:
+    """The compact consumer (``forward(compact=True)``) against the split one and cuDNN in
+    one process, ``runs`` interleaved medians of do_bench each (bf16, B*S = 16k,
+    H*D = 2048, causal or not); first the two consumers' outputs against each other (the
+    same arithmetic: bitwise equal) and against SDPA math in float32, bf16 and fp16."""
     import statistics
 
     import torch
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     sdpa = torch.nn.functional.scaled_dot_product_attention
-    for d, s, dtype in itertools.product(dims, seqs, (torch.bfloat16, torch.float16)):
+    for d, s, causal, dtype in itertools.product(dims, seqs, causals,
+                                                 (torch.bfloat16, torch.float16)):
         q, k, v = (torch.randn(2, 3, s, d, device="cuda", dtype=dtype) for _ in range(3))
-        split, compact = (attention_gluon.forward(q, k, v, causal=True, compact=c)
+        split, compact = (attention_gluon.forward(q, k, v, causal=causal, compact=c)
                           for c in (False, True))
-        ref = sdpa(q.float(), k.float(), v.float(), is_causal=True)
-        print(f"check D={d} S={s} {dtype}: max|compact - split| "
+        ref = sdpa(q.float(), k.float(), v.float(), is_causal=causal)
+        print(f"check D={d} S={s} causal={causal} {dtype}: max|compact - split| "
               f"{float((compact - split).abs().max()):.3g}, max|compact - math| "
               f"{float((compact.float() - ref).abs().max()):.4f}, max|split - math| "
               f"{float((split.float() - ref).abs().max()):.4f}", flush=True)
-    print("| D | S (causal) | split TFLOP/s | compact TFLOP/s | cuDNN TFLOP/s | split x cuDNN | "
-          f"compact x cuDNN | compact / split µs ({runs} runs) |\n|---|---|---|---|---|---|---|---|")
-    for d, s in itertools.product(dims, seqs):
+    print("| D | S | causal | split TFLOP/s | compact TFLOP/s | cuDNN TFLOP/s | split x cuDNN | "
+          f"compact x cuDNN | compact / split µs ({runs} runs) |\n|---|---|---|---|---|---|---|---|---|")
+    for d, s, causal in itertools.product(dims, seqs, causals):
         b, h = 16384 // s, 2048 // d
         q, k, v = (torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16)
                    for _ in range(3))
-        flops = 4 * b * h * s * s * d / 2
+        flops = 4 * b * h * s * s * d / (2 if causal else 1)
 
         def cudnn() -> Any:
             with sdpa_kernel(SDPBackend.CUDNN_ATTENTION):
-                return sdpa(q, k, v, is_causal=True)
+                return sdpa(q, k, v, is_causal=causal)
 
-        fns = {"split": lambda: attention_gluon.forward(q, k, v, causal=True, compact=False),
-               "compact": lambda: attention_gluon.forward(q, k, v, causal=True, compact=True),
+        fns = {"split": lambda: attention_gluon.forward(q, k, v, causal=causal, compact=False),
+               "compact": lambda: attention_gluon.forward(q, k, v, causal=causal, compact=True),
                "cudnn": cudnn}
         times: dict[str, list[float]] = {name: [] for name in fns}
         for _ in range(runs):
@@ -480,7 +483,7 @@ def _bench_compact(seqs: list[int], dims: list[int], runs: int = 5) -> None:
                 times[name].append(time_ms(fn, warmup=10, rep=60))
         med = {name: statistics.median(t) for name, t in times.items()}
         tf = {name: flops / med[name] * 1e-9 for name in fns}
-        print(f"| {d} | {s} | {tf['split']:.0f} | {tf['compact']:.0f} | {tf['cudnn']:.0f} | "
+        print(f"| {d} | {s} | {'yes' if causal else 'no'} | {tf['split']:.0f} | {tf['compact']:.0f} | {tf['cudnn']:.0f} | "
               f"{med['cudnn'] / med['split']:.3f} | {med['cudnn'] / med['compact']:.3f} | "
               f"{min(times['compact']) * 1e3:.1f}-{max(times['compact']) * 1e3:.1f} / "
               f"{min(times['split']) * 1e3:.1f}-{max(times['split']) * 1e3:.1f} |", flush=True)
@@ -526,7 +529,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--shipped-only", action="store_true",
                     help="with --bench-ws: the shipped launch only, in every schedule")
     ap.add_argument("--causal", choices=("both", "yes", "no"), default="both",
-                    help="with --bench-ws: causal calls, calls without a mask, or both")
+                    help="with --bench-ws and --bench-compact: causal calls, calls without a "
+                         "mask, or both")
     ap.add_argument("--candidates", default=None,
                     help="with --bench-ws: which of WS_CANDIDATES beside the shipped launch, "
                          "by position (e.g. 1,4)")
@@ -541,8 +545,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="with --offline --ws: causal consumers in one copy per tile kind, or "
                          "not (forward's compact; the shipped launch's by default)")
     ap.add_argument("--bench-compact", action="store_true",
-                    help="time the compact causal consumer against the split one and cuDNN, "
-                         "in one process (needs CUDA; --seqs, --dims)")
+                    help="time the compact consumer against the split one and cuDNN, in one "
+                         "process (needs CUDA; --seqs, --dims, --causal)")
     ap.add_argument("--seqs", default="1024,4096,16384")
     ap.add_argument("--seq", type=int, default=4096,
                     help="with --offline --ws: the sequence length whose shipped launch to "
@@ -582,11 +586,11 @@ def main(argv: list[str] | None = None) -> int:
                                    f"BLOCK_N={r['block_n']}", args.json)
     if args.bench:
         _bench([int(s) for s in args.seqs.split(",")], dims)
+    causals = {"both": (False, True), "yes": (True,), "no": (False,)}[args.causal]
     if args.bench_ws:
-        causals = {"both": (False, True), "yes": (True,), "no": (False,)}[args.causal]
         _bench_ws([int(s) for s in args.seqs.split(",")], dims, candidates, causals, schedules)
     if args.bench_compact:
-        _bench_compact([int(s) for s in args.seqs.split(",")], dims)
+        _bench_compact([int(s) for s in args.seqs.split(",")], dims, causals)
     if not (args.offline or args.bench or args.bench_ws or args.bench_compact):
         ap.print_help()
     return 0

@@ -326,25 +326,35 @@ def _ws_read_work(work_smem, q_bar, it, Q_BUFS: gl.constexpr):
 
 @gluon.jit
 def _ws_step(c, t, q, k_smem, v_smem, ready, empty, turn, p_op, acc, m_i, l_i, zeros_s,
-             diag_last, diag, qk_scale_log2, WG: gl.constexpr, NEXT: gl.constexpr,
+             diag_last, diag, has_prev, qk_scale_log2, WG: gl.constexpr, NEXT: gl.constexpr,
              BLOCK_N: gl.constexpr, NUM_BUF: gl.constexpr, MASK: gl.constexpr,
              MASK_IF: gl.constexpr, S_LAYOUT: gl.constexpr, O_LAYOUT: gl.constexpr,
-             P_LAYOUT: gl.constexpr, PV_OVERLAP: gl.constexpr):
+             P_LAYOUT: gl.constexpr, PV_OVERLAP: gl.constexpr, PREV_IF: gl.constexpr = False):
     """Turn j of a consumer warpgroup in its block: tile j's scores and tile j - 1's P V on
     the tensor cores, then tile j's softmax while the other warpgroups' matmuls run
     (``PV_OVERLAP``: and while this warpgroup's own P V still runs). c is tile j's place in
     the ring (tiles since the program began), t the warpgroup's turns since then, NEXT the
     warpgroup whose turn follows; with ``MASK`` tile j meets the warpgroup's diagonal, each
     row's last visible column there in ``diag_last``; with ``MASK_IF`` it does where the
-    runtime flag ``diag`` is set (one copy of the step for every tile: ``COMPACT``)."""
+    runtime flag ``diag`` is set (one copy of the step for every tile: ``COMPACT``). With
+    ``PREV_IF`` the step serves tile 0 too: there (``has_prev`` false) no P V is issued and
+    no buffer released, so that the first tile's softmax is no second copy."""
     b = c % NUM_BUF
     b_prev = (c - 1) % NUM_BUF
     mbarrier.wait(ready.index(b), (c // NUM_BUF) & 1)  # K and V of tile j landed
     mbarrier.wait(turn.index(WG), t & 1)  # my turn at the tensor cores
     s = warpgroup_mma(q, k_smem.index(b).permute((1, 0)), zeros_s, use_acc=False,
                       is_async=True)
-    acc = warpgroup_mma(p_op, v_smem.index(b_prev), acc, is_async=True)
-    mbarrier.arrive(turn.index(NEXT), count=1)  # the next warpgroup's turn
+    if PREV_IF:  # (not with PV_OVERLAP: an async P V cannot leave the branch unwaited)
+        if has_prev:  # tile 0 has no P V before it
+            acc = warpgroup_mma(p_op, v_smem.index(b_prev), acc, is_async=True)
+            mbarrier.arrive(turn.index(NEXT), count=1)  # the next warpgroup's turn
+            acc = warpgroup_mma_wait(0, deps=[acc])
+        else:
+            mbarrier.arrive(turn.index(NEXT), count=1)
+    else:
+        acc = warpgroup_mma(p_op, v_smem.index(b_prev), acc, is_async=True)
+        mbarrier.arrive(turn.index(NEXT), count=1)  # the next warpgroup's turn
     if PV_OVERLAP:
         # wgmma groups complete in order: one left outstanding is P V, the scores are done.
         s = warpgroup_mma_wait(1, deps=[s])
@@ -355,8 +365,12 @@ def _ws_step(c, t, q, k_smem, v_smem, ready, empty, turn, p_op, acc, m_i, l_i, z
         acc = warpgroup_mma_wait(0, deps=[acc])
         mbarrier.arrive(empty.index(b_prev), count=1)  # tile j - 1's buffers are free
     else:
-        s, acc = warpgroup_mma_wait(0, deps=[s, acc])
-        mbarrier.arrive(empty.index(b_prev), count=1)  # tile j - 1's buffers are free
+        if PREV_IF:
+            s = warpgroup_mma_wait(0, deps=[s])
+            mbarrier.arrive(empty.index(b_prev), count=1, pred=has_prev)  # tile j - 1's
+        else:
+            s, acc = warpgroup_mma_wait(0, deps=[s, acc])
+            mbarrier.arrive(empty.index(b_prev), count=1)  # tile j - 1's buffers are free
         # This tile's softmax.
         if MASK_IF:
             s = _hide_if_diagonal(s, diag, diag_last, BLOCK_N, S_LAYOUT)
@@ -477,8 +491,9 @@ def _ws_consume_block(work, g, it, smem, bars, ptrs, o_out, seq, n_blocks, n_wor
     """Warpgroup WG's rows of query block ``work``, the program's block number ``it``, whose
     first key tile sits at the ring's place ``g`` (the warpgroup's turns before it: g + it);
     returns its key tiles. o_out: o's TMA descriptor where o leaves through shared memory,
-    else its pointer. ``COMPACT`` (causal): one copy of the first tile's softmax and of the
-    step for every tile, the diagonal's mask behind a branch (:func:`_ws_compact`)."""
+    else its pointer. ``COMPACT``: one copy of the step for every tile, tile 0 (no P V
+    before it) and, causal, the diagonal tile (its mask behind a branch) too
+    (:func:`_ws_compact`)."""
     q_smem, k_smem, v_smem, work_smem, o_smem = smem
     q_bar, q_empty, ready, empty, turn = bars
     q_ptr, k_ptr, v_ptr, o_ptr, qk_scale_log2, counter_ptr = ptrs
@@ -529,43 +544,42 @@ def _ws_consume_block(work, g, it, smem, bars, ptrs, o_out, seq, n_blocks, n_wor
     acc = gl.zeros([ROWS, HEAD_D], gl.float32, O_LAYOUT)
     mbarrier.wait(q_bar.index(slot), (it // Q_BUFS) & 1)  # this block's Q landed
 
-    # Turn 0: tile 0's scores.
-    s = _ws_scores_alone(q, k_smem, ready, turn, zeros_s, g, it, WG, NEXT, NUM_BUF)
-    m_i = gl.full([ROWS], -float("inf"), gl.float32, gl.SliceLayout(1, S_LAYOUT))
-    # Tile j meets this warpgroup's diagonal where j == n_own - 1 (tile 0: where row0 <
-    # BLOCK_N); every key of an earlier tile lies before its first row.
-    if COMPACT:  # one copy of each softmax, masked by a branch: short causal blocks
-        s = _hide_if_diagonal(s, row0 < BLOCK_N, diag_last, BLOCK_N, S_LAYOUT)
-        p, alpha, m_i, l_i = _softmax_tile(s, m_i, l_i, 0, diag_last, qk_scale_log2, BLOCK_N,
-                                           False, S_LAYOUT)
-    elif CAUSAL and row0 < BLOCK_N:  # tile 0 meets this warpgroup's diagonal: masked
-        p, alpha, m_i, l_i = _softmax_tile(s, m_i, l_i, 0, diag_last, qk_scale_log2, BLOCK_N,
-                                           True, S_LAYOUT)
-    else:
-        p, alpha, m_i, l_i = _softmax_tile(s, m_i, l_i, 0, diag_last, qk_scale_log2, BLOCK_N,
-                                           False, S_LAYOUT)
-    p_op = gl.convert_layout(p.to(dtype), P_LAYOUT)
-
-    if COMPACT:
-        for j in range(1, n_own):
+    if COMPACT:  # one copy of the step for every tile, tile 0's (no P V before it) too
+        m_i = gl.full([ROWS], -float("inf"), gl.float32, gl.SliceLayout(1, S_LAYOUT))
+        p_op = gl.zeros([ROWS, BLOCK_N], dtype, P_LAYOUT)
+        # Tile j meets this warpgroup's diagonal where j == n_own - 1 (causal).
+        for j in range(0, n_own):
             p_op, acc, m_i, l_i = _ws_step(g + j, g + it + j, q, k_smem, v_smem, ready,
                                            empty, turn, p_op, acc, m_i, l_i, zeros_s,
-                                           diag_last, j == n_own - 1, qk_scale_log2, WG, NEXT,
-                                           BLOCK_N, NUM_BUF, False, True, S_LAYOUT, O_LAYOUT,
-                                           P_LAYOUT, PV_OVERLAP)
-    else:  # the tiles before the diagonal, then the one that meets it (masked if causal)
+                                           diag_last, j == n_own - 1, j > 0, qk_scale_log2,
+                                           WG, NEXT, BLOCK_N, NUM_BUF, False, CAUSAL,
+                                           S_LAYOUT, O_LAYOUT, P_LAYOUT, PV_OVERLAP, True)
+    else:
+        # Turn 0: tile 0's scores.
+        s = _ws_scores_alone(q, k_smem, ready, turn, zeros_s, g, it, WG, NEXT, NUM_BUF)
+        m_i = gl.full([ROWS], -float("inf"), gl.float32, gl.SliceLayout(1, S_LAYOUT))
+        # Tile j meets this warpgroup's diagonal where j == n_own - 1 (tile 0: where row0 <
+        # BLOCK_N); every key of an earlier tile lies before its first row.
+        if CAUSAL and row0 < BLOCK_N:  # tile 0 meets this warpgroup's diagonal: masked
+            p, alpha, m_i, l_i = _softmax_tile(s, m_i, l_i, 0, diag_last, qk_scale_log2,
+                                               BLOCK_N, True, S_LAYOUT)
+        else:
+            p, alpha, m_i, l_i = _softmax_tile(s, m_i, l_i, 0, diag_last, qk_scale_log2,
+                                               BLOCK_N, False, S_LAYOUT)
+        p_op = gl.convert_layout(p.to(dtype), P_LAYOUT)
+        # the tiles before the diagonal, then the one that meets it (masked if causal)
         for j in range(1, n_own - 1):
             p_op, acc, m_i, l_i = _ws_step(g + j, g + it + j, q, k_smem, v_smem, ready,
                                            empty, turn, p_op, acc, m_i, l_i, zeros_s,
-                                           diag_last, False, qk_scale_log2, WG, NEXT, BLOCK_N,
-                                           NUM_BUF, False, False, S_LAYOUT, O_LAYOUT,
-                                           P_LAYOUT, PV_OVERLAP)
+                                           diag_last, False, True, qk_scale_log2, WG, NEXT,
+                                           BLOCK_N, NUM_BUF, False, False, S_LAYOUT,
+                                           O_LAYOUT, P_LAYOUT, PV_OVERLAP)
         for j in range(gl.maximum(n_own - 1, 1), n_own):
             p_op, acc, m_i, l_i = _ws_step(g + j, g + it + j, q, k_smem, v_smem, ready,
                                            empty, turn, p_op, acc, m_i, l_i, zeros_s,
-                                           diag_last, False, qk_scale_log2, WG, NEXT, BLOCK_N,
-                                           NUM_BUF, CAUSAL, False, S_LAYOUT, O_LAYOUT,
-                                           P_LAYOUT, PV_OVERLAP)
+                                           diag_last, False, True, qk_scale_log2, WG, NEXT,
+                                           BLOCK_N, NUM_BUF, CAUSAL, False, S_LAYOUT,
+                                           O_LAYOUT, P_LAYOUT, PV_OVERLAP)
     # Every score of the block is in: the producer may load the next block's Q.
     mbarrier.arrive(q_empty.index(slot), count=1)
 
@@ -635,7 +649,7 @@ def _ws_consume_chain(smem, bars, ptrs, o_out, seq, n_blocks, n_work, WG: gl.con
         for j in range(1, n_tiles):
             p_op, acc, m_i, l_i = _ws_step(g + j, g + j, q, k_smem, v_smem, ready, empty,
                                            turn, p_op, acc, m_i, l_i, zeros_s, rows, False,
-                                           qk_scale_log2, WG, NEXT, BLOCK_N, NUM_BUF, False,
+                                           True, qk_scale_log2, WG, NEXT, BLOCK_N, NUM_BUF, False,
                                            False, S_LAYOUT, O_LAYOUT, P_LAYOUT, PV_OVERLAP)
         mbarrier.arrive(q_empty.index(slot), count=1)  # every score of the block is in
         b_last = (g + n_tiles - 1) % NUM_BUF  # the block's last V
@@ -772,8 +786,8 @@ def _attn_fwd_ws(q_ptr, k_ptr, v_ptr, o_ptr, counter_ptr, seq, n_blocks, n_work,
     the other buffer while this block runs); or (PERSISTENT == _DYNAMIC) one program per SM
     taking the next block from the first of the two int32 at counter_ptr (both zero at
     launch, and zero again when the last program is done: ``_ws_count_out``). O_TMA: o leaves
-    through shared memory by TMA (``_ws_o_tma``); COMPACT: the consumers' code in one copy
-    per tile kind (``_ws_compact``)."""
+    through shared memory by TMA (``_ws_o_tma``); COMPACT: the consumers' step in one copy
+    for every key tile (``_ws_compact``)."""
     dtype: gl.constexpr = q_ptr.dtype.element_ty
     q_smem = gl.allocate_shared_memory(dtype, [Q_BUFS * NUM_WG, ROWS, HEAD_D], SMEM)
     k_smem = gl.allocate_shared_memory(dtype, [NUM_BUF, BLOCK_N, HEAD_D], SMEM)
@@ -866,17 +880,18 @@ def _ws_constexprs(head_d: int, block_n: int, causal: bool, num_buf: int = WS_NU
     SM walking the query blocks, ``dynamic``: taking them from a counter, ``chained``: each
     block's last P V beside the next one's first Q K^T; ``q_buffers``: 2 lets it load the
     next block's Q during this one; o leaves through shared memory by TMA where it fits,
-    :func:`_ws_o_tma`; ``compact``, causal: the consumers' code in one copy per tile kind,
-    :func:`_ws_compact`)."""
+    :func:`_ws_o_tma`; ``compact``: the consumers' step in one copy for every key tile,
+    :func:`_ws_compact`, where P V waits at once: no ``pv_overlap``)."""
     schedule = (_DYNAMIC if dynamic else _CHAINED if chained else _STATIC if persistent
                 else _ONE_PER_BLOCK)
     o_layout = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                          instr_shape=[16, head_d, 16])
     return dict(
         ROWS=WS_ROWS, HEAD_D=head_d, BLOCK_N=block_n, NUM_BUF=num_buf, CAUSAL=causal,
-        PV_OVERLAP=pv_overlap, NUM_WG=warpgroups, PERSISTENT=schedule.value, Q_BUFS=q_buffers,
+        PV_OVERLAP=pv_overlap and not compact, NUM_WG=warpgroups,
+        PERSISTENT=schedule.value, Q_BUFS=q_buffers,
         O_TMA=_ws_o_tma(head_d, warpgroups, block_n, num_buf, q_buffers),
-        COMPACT=compact and causal,
+        COMPACT=compact,
         SMEM=gl.NVMMASharedLayout(swizzle_byte_width=128, element_bitwidth=16, rank=2),
         S_LAYOUT=gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
                                            instr_shape=[16, block_n, 16]),
@@ -989,21 +1004,26 @@ WS_COMPACT_BELOW = 2048
 
 
 def _ws_compact(head_d: int, causal: bool, seq: int) -> bool:
-    """Whether the shipped launch compiles its consumers compact: one copy of the first
-    tile's softmax and one of the step for every key tile, the diagonal's mask behind a
-    branch, where constant masks compile a copy for the diagonal tile and one for the rest.
-    Causal at D = 64 below :data:`WS_COMPACT_BELOW`: blocks of one to a few key tiles walk
-    the whole of the consumer's code once per block, and each of the two consumers has its
-    own copy (warp_specialize's partitions): at S = 512 (H100, ncu's warp-state samples)
-    25% of the consumers' samples waited for instructions to be fetched (``no_inst``),
-    against cuDNN's 1.5% from a kernel a quarter the size (1,264 SASS instructions against
-    4,664; compact, 3,656). On an H100, bf16, B x S = 16k, H x D = 2048, five interleaved
-    runs each in one process, x cuDNN split -> compact: S = 256 0.963 -> 0.974, 512
-    0.877 -> **1.005**, 1024 0.995 -> 1.014; at 2048 1.025 -> 0.999, and at D = 128
-    level or slower (256-2048: 0.982 / 0.921 / 1.008 / 1.051 -> 0.982 / 0.930 / 1.004 /
-    1.028), where longer step loops keep the code in cache: not taken there
-    (reports/h200/bench_attention.md, fifty-fifth round)."""
-    return causal and head_d == 64 and seq < WS_COMPACT_BELOW
+    """Whether the shipped launch compiles its consumers compact: one copy of the step for
+    every key tile, where the split consumer has a second copy of the softmax for tile 0
+    (no P V before it) and, causal, a third for the diagonal tile (constant masks). Compact,
+    tile 0 skips its P V behind a branch and the diagonal's mask is behind another.
+    Why: short blocks walk the whole of the consumer's code once per block, and each
+    consumer warpgroup has its own copy (warp_specialize's partitions): at D = 64, causal,
+    S = 512 (H100, ncu's warp-state samples) 25% of the consumers' samples waited for
+    instructions to be fetched (``no_inst``), against cuDNN's 1.5% from a kernel a quarter
+    the size (1,264 SASS instructions against 4,664; compact, 2,920; without causal at
+    S = 256, four consumers, 5,648 -> 3,976).
+    Taken at D = 64: without causal at every length, causal below :data:`WS_COMPACT_BELOW`.
+    On an H100 (bf16, B x S = 16k, H x D = 2048, five interleaved runs in one process,
+    ``python bench/gluon_attention.py --bench-compact --dims 64,128 --seqs
+    256,512,1024,2048``), x cuDNN split -> compact: without causal S = 256 0.932 -> **1.043**,
+    512-16,384 +1 to +4%; causal S = 256 0.959 -> 0.980, 512 0.877 -> **1.009**, 1024
+    0.995 -> 0.990, 2048 1.028 -> 0.992 (not taken). At D = 128, where compact also gives
+    up P V's overlap with the softmax (an async P V cannot leave the branch), level or
+    slower (0.922-1.053 -> 0.914-1.012): not taken (reports/h200/bench_attention.md,
+    fifty-sixth round)."""
+    return head_d == 64 and (not causal or seq < WS_COMPACT_BELOW)
 
 
 def _ws_q_buffers(head_d: int, causal: bool, seq: int) -> int:
@@ -1164,6 +1184,14 @@ def _ws_launch(b: int, h: int, s: int, d: int, device: Any, causal: bool,
                          f"persistent={persistent}, dynamic={dynamic}); leave chain unset")
     if chain is None:
         chain = _ws_chained(d, causal, wg, persistent, dynamic)
+    if compact and pv_overlap:
+        raise ValueError("compact=True waits for each P V at once, so it cannot overlap P V "
+                         "with the softmax; leave pv_overlap unset or False")
+    if compact and chain:
+        raise ValueError("compact=True is a consumer of one block at a time, and chain=True "
+                         "chains blocks; leave one of them unset")
+    if compact is None:  # the shipped choice, unless an override asks for what it excludes
+        compact = _ws_compact(d, causal, s) and not chain and not pv_overlap
     if not persistent:
         programs = n_work
     elif programs is None:
@@ -1171,7 +1199,7 @@ def _ws_launch(b: int, h: int, s: int, d: int, device: Any, causal: bool,
     constexprs = _ws_constexprs(d, block_n, causal, num_buf,
                                 _ws_pv_overlap(d) if pv_overlap is None else bool(pv_overlap),
                                 wg, persistent, q_buffers, dynamic, bool(chain),
-                                _ws_compact(d, causal, s) if compact is None else bool(compact))
+                                bool(compact))
     return _WsLaunch(programs, n_blocks, n_work, dynamic, maxnreg or _ws_maxnreg(wg),
                      constexprs, {})
 
@@ -1211,8 +1239,9 @@ def forward(q: Any, k: Any, v: Any, *, causal: bool = False, scale: float | None
     ``dynamic``: persistent programs take the next block from a counter, as
     FlashAttention-3's tile scheduler, instead of every P-th; ``chain``: each block's last
     P V issued beside the next block's first Q K^T, :func:`_ws_chained`, for persistent
-    blocks of two warpgroups without causal or the counter; ``compact``: the consumers' code
-    in one copy per tile kind, causal, :func:`_ws_compact`) override the measured launch
+    blocks of two warpgroups without causal or the counter; ``compact``: the consumers' step
+    in one copy for every key tile, P V waited for at once, :func:`_ws_compact`) override
+    the measured launch
     (for the bench's candidates: ``bench/gluon_attention.py --bench-ws``).
 
     >>> o = forward(q, k, v, causal=True)  # doctest: +SKIP
