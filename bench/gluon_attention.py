@@ -21,8 +21,8 @@ the H200 (reports/h200/bench_attention.md):
     python bench/gluon_attention.py --offline --ws --sass   # + each turn's SASS by opcode
     python bench/gluon_attention.py --offline --ws --chain --seq 1280   # chained blocks
     python bench/gluon_attention.py --bench-ws           # the ws kernel's launch candidates
-    python bench/gluon_attention.py --bench-compact --dims 64 --seqs 256,512,1024,2048
-                                                         # the compact causal consumer, A/B
+    python bench/gluon_attention.py --bench-compact --dims 64 --seqs 256,512,1024,2048 \
+        --causal both                                    # the compact consumer, A/B
     onlinesm check bench/gluon_attention.py:attention_ws --op attention --dtypes \
         bfloat16,float16 --head-dims 64,128 --seq-multiple 128 --same-seq --no-mask \
         --max-seq-q 512 --max-seq-k 512 --unsupported "ValueError:gluon candidate"
