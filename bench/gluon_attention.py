@@ -309,8 +309,9 @@ def compile_offline(head_d: int, causal: bool, block_n: int | None = None,
         const = ag._ws_constexprs(head_d, block_n, causal, num_buf,
                                   ag._ws_pv_overlap(head_d) if overlap_pv is None else overlap_pv,
                                   warpgroups, persistent, q_buffers, dynamic, chain,
-                                  (ag._ws_compact(head_d, causal, seq) and not chain
-                                   and not overlap_pv) if compact is None else compact)
+                                  ag._ws_default_compact(head_d, causal, seq, chain,
+                                                         overlap_pv)
+                                  if compact is None else compact)
         options = dict(num_warps=4, maxnreg=maxnreg or ag._ws_maxnreg(warpgroups))
     else:
         const = _constexprs(head_d, block_n or _block_n(head_d), causal, bool(overlap_pv))
@@ -463,7 +464,7 @@ def _bench_compact(seqs: list[int], dims: list[int], causals: tuple[bool, ...] =
               f"{float((compact.float() - ref).abs().max()):.4f}, max|split - math| "
               f"{float((split.float() - ref).abs().max()):.4f}", flush=True)
     print("| D | S | causal | split TFLOP/s | compact TFLOP/s | cuDNN TFLOP/s | split x cuDNN | "
-          f"compact x cuDNN | compact / split µs ({runs} runs) |\n|---|---|---|---|---|---|---|---|---|")
+          f"compact x cuDNN | compact / split µs ({runs} runs) |\n" + "|---" * 9 + "|")
     for d, s, causal in itertools.product(dims, seqs, causals):
         b, h = 16384 // s, 2048 // d
         q, k, v = (torch.randn(b, h, s, d, device="cuda", dtype=torch.bfloat16)
@@ -483,7 +484,8 @@ def _bench_compact(seqs: list[int], dims: list[int], causals: tuple[bool, ...] =
                 times[name].append(time_ms(fn, warmup=10, rep=60))
         med = {name: statistics.median(t) for name, t in times.items()}
         tf = {name: flops / med[name] * 1e-9 for name in fns}
-        print(f"| {d} | {s} | {'yes' if causal else 'no'} | {tf['split']:.0f} | {tf['compact']:.0f} | {tf['cudnn']:.0f} | "
+        print(f"| {d} | {s} | {'yes' if causal else 'no'} | {tf['split']:.0f} | "
+              f"{tf['compact']:.0f} | {tf['cudnn']:.0f} | "
               f"{med['cudnn'] / med['split']:.3f} | {med['cudnn'] / med['compact']:.3f} | "
               f"{min(times['compact']) * 1e3:.1f}-{max(times['compact']) * 1e3:.1f} / "
               f"{min(times['split']) * 1e3:.1f}-{max(times['split']) * 1e3:.1f} |", flush=True)
@@ -542,8 +544,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--chain", action="store_true",
                     help="with --offline --ws: chained blocks without causal (forward's chain)")
     ap.add_argument("--compact", choices=("yes", "no"), default=None,
-                    help="with --offline --ws: causal consumers in one copy per tile kind, or "
-                         "not (forward's compact; the shipped launch's by default)")
+                    help="with --offline --ws: the consumers' step in one copy for every key "
+                         "tile, or not (forward's compact; the shipped launch's by default)")
     ap.add_argument("--bench-compact", action="store_true",
                     help="time the compact consumer against the split one and cuDNN, in one "
                          "process (needs CUDA; --seqs, --dims, --causal)")

@@ -1026,6 +1026,14 @@ def _ws_compact(head_d: int, causal: bool, seq: int) -> bool:
     return head_d == 64 and (not causal or seq < WS_COMPACT_BELOW)
 
 
+def _ws_default_compact(head_d: int, causal: bool, seq: int, chain: bool,
+                        pv_overlap: bool | None) -> bool:
+    """Whether a launch that does not name ``compact`` compiles it: the shipped rule
+    (:func:`_ws_compact`), unless the launch chains its blocks or asks for P V's overlap,
+    which the compact consumer cannot do."""
+    return _ws_compact(head_d, causal, seq) and not chain and not pv_overlap
+
+
 def _ws_q_buffers(head_d: int, causal: bool, seq: int) -> int:
     """Q buffers of the shipped launch: two where the consumers take blocks from the
     counter at D = 64 (causal below S = 8192, in two or four warpgroups; without causal at
@@ -1190,8 +1198,8 @@ def _ws_launch(b: int, h: int, s: int, d: int, device: Any, causal: bool,
     if compact and chain:
         raise ValueError("compact=True is a consumer of one block at a time, and chain=True "
                          "chains blocks; leave one of them unset")
-    if compact is None:  # the shipped choice, unless an override asks for what it excludes
-        compact = _ws_compact(d, causal, s) and not chain and not pv_overlap
+    if compact is None:
+        compact = _ws_default_compact(d, causal, s, chain, pv_overlap)
     if not persistent:
         programs = n_work
     elif programs is None:
